@@ -1,0 +1,59 @@
+"""Per-step attention inputs, built once by the runner and read by every attention layer."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    """Layout of one packed batch over the paged KV cache.
+
+    Sequences with one query token (decodes) come first: ``num_decodes`` of them.
+    ``seq_lens`` counts each sequence's KV tokens including this step's.
+    """
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 = padding
+    query_start_loc: torch.Tensor  # [num_seqs + 1] int32
+    seq_lens: torch.Tensor  # [num_seqs] int32
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32
+    num_decodes: int
+    max_query_len: int
+    max_seq_len: int
+    query_lens_cpu: list[int]
+    seq_lens_cpu: list[int]
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_cpu)
+
+
+@dataclass
+class ForwardContext:
+    attn_metadata: AttentionMetadata
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
+    backend: Any
+
+
+_context: Optional[ForwardContext] = None
+
+
+@contextmanager
+def forward_context(ctx: ForwardContext) -> Iterator[None]:
+    """Make ``ctx`` visible to attention layers for one forward pass."""
+    global _context
+    _context, previous = ctx, _context
+    try:
+        yield
+    finally:
+        _context = previous
+
+
+def get_forward_context() -> ForwardContext:
+    if _context is None:
+        raise RuntimeError("attention called outside a forward_context")
+    return _context

@@ -1,0 +1,71 @@
+"""The reference attention backend: plain torch, correct on any device; others are tested against it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fastllm.attention.metadata import AttentionMetadata
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Scatter this step's keys and values into their slots; negative slots are padding."""
+    valid = slot_mapping >= 0
+    if not bool(valid.all()):
+        key, value, slot_mapping = key[valid], value[valid], slot_mapping[valid]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first ``length`` tokens of one sequence as ``[length, KVH, D]``."""
+    num_blocks = -(-length // cache.shape[1])
+    return cache[block_table[:num_blocks].long()].flatten(0, 1)[:length]
+
+
+class TorchAttentionBackend:
+    name = "torch"
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                k_cache: torch.Tensor, v_cache: torch.Tensor,
+                meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+        out = torch.empty_like(query)
+        nd = meta.num_decodes
+        if nd:
+            out[:nd] = self._decode(query[:nd], k_cache, v_cache, meta, scale)
+        start = nd
+        for i in range(nd, meta.num_seqs):
+            qlen, kvlen = meta.query_lens_cpu[i], meta.seq_lens_cpu[i]
+            q = query[start:start + qlen].transpose(0, 1)
+            k = gather_kv(k_cache, meta.block_tables[i], kvlen).transpose(0, 1).to(q.dtype)
+            v = gather_kv(v_cache, meta.block_tables[i], kvlen).transpose(0, 1).to(q.dtype)
+            mask = _causal_mask(qlen, kvlen, q.device)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                               enable_gqa=q.shape[0] != k.shape[0])
+            out[start:start + qlen] = o.transpose(0, 1)
+            start += qlen
+        return out
+
+    @staticmethod
+    def _decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """All single-token queries at once: gather padded K/V and mask past each length."""
+        nd = query.shape[0]
+        max_len = max(meta.seq_lens_cpu[:nd])
+        block_size = k_cache.shape[1]
+        tables = meta.block_tables[:nd, : -(-max_len // block_size)].long()
+        k = k_cache[tables].flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
+        v = v_cache[tables].flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
+        lens = meta.seq_lens[:nd].to(query.device)
+        mask = torch.arange(max_len, device=query.device)[None, :] < lens[:, None]
+        o = F.scaled_dot_product_attention(query.unsqueeze(2), k, v, attn_mask=mask[:, None, None, :],
+                                           scale=scale, enable_gqa=query.shape[1] != k.shape[1])
+        return o.squeeze(2)
+
+
+def _causal_mask(query_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    """Query i sits at position kv_len - query_len + i and sees keys up to there."""
+    q_pos = torch.arange(kv_len - query_len, kv_len, device=device)[:, None]
+    return torch.arange(kv_len, device=device)[None, :] <= q_pos

@@ -1,0 +1,52 @@
+"""Validated engine configuration: every ``LLM(...)`` / ``fastllm serve`` knob in one place."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
+
+
+class EngineConfig(BaseModel):
+    """What the engine is asked to be; derived values (dtype, block count) live elsewhere.
+
+    Field names and defaults follow the seeds (FastDeploy's offline API, AIAK's server flags).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str
+    tokenizer: Optional[str] = None
+    load_format: Literal["auto", "safetensors", "gguf", "dummy"] | str = "auto"
+    dtype: DType = "auto"
+    seed: int = 0
+    max_model_len: Optional[int] = Field(None, gt=0)
+    tensor_parallel_size: int = Field(1, ge=1)
+    block_size: int = Field(64, gt=0)
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: Optional[int] = Field(None, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    cpu_kv_cache_gib: float = Field(2.0, gt=0.0)
+    num_gpu_blocks_override: Optional[int] = Field(None, gt=0)
+    kv_cache_ratio: float = Field(0.75, gt=0.0, le=1.0)
+    kv_cache_dtype: str = "auto"
+    enable_prefix_caching: bool = False
+    enable_chunked_prefill: bool = True
+    enforce_eager: bool = False
+    quantization: Optional[str] = None
+    reasoning_parser: Optional[str] = None
+    tool_call_parser: Optional[str] = None
+    chat_template: Optional[str] = None
+    attention_backend: Optional[str] = None
+    platform: Optional[str] = None
+    speculative_config: Optional[dict[str, Any]] = None
+    structured_output_backend: str = "xgrammar"
+    hf_overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _block_size_power_of_two(self) -> "EngineConfig":
+        if self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
+        return self

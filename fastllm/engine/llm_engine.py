@@ -1,0 +1,257 @@
+"""The engine loop: add requests, ``step()`` them through scheduler and runner, emit outputs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+import torch
+
+from fastllm import registry
+from fastllm.config import EngineConfig
+from fastllm.engine.detokenizer import IncrementalDetokenizer
+from fastllm.engine.input_processor import InputProcessor, RequestError
+from fastllm.engine.kv_cache_manager import KVCacheManager
+from fastllm.engine.model_runner import ModelRunner
+from fastllm.engine.request_state import RequestState, SampleState
+from fastllm.engine.scheduler import Scheduler
+from fastllm.engine.sequence import Sequence
+from fastllm.model_loader.resolve import resolve_load_format
+from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from fastllm.sampling_params import SamplingParams
+
+logger = logging.getLogger("fastllm")
+
+
+def select_platform(name: Optional[str]) -> Any:
+    if name:
+        return registry.get("platforms", name)()
+    cuda = registry.entries("platforms").get("cuda")
+    if cuda is not None and cuda.factory.is_available():
+        return cuda.factory()
+    return registry.get("platforms", "cpu")()
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.platform = select_platform(config.platform)
+        self.load_format = resolve_load_format(config.model, config.load_format)
+        loader = registry.get("load_formats", self.load_format)()
+        self.hf_config = loader.load_config(config.model)
+        for key, value in config.hf_overrides.items():
+            setattr(self.hf_config, key, value)
+        self.tokenizer = loader.load_tokenizer(config.model, config.tokenizer)
+        model_len = getattr(self.hf_config, "max_position_embeddings", None) or 2048
+        if config.max_model_len and config.max_model_len > model_len:
+            raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's "
+                             f"max_position_embeddings={model_len}")
+        self.max_model_len = config.max_model_len or model_len
+        self.max_num_batched_tokens = config.max_num_batched_tokens or max(
+            min(self.max_model_len, 8192), config.max_num_seqs)
+        checkpoint_dtype = getattr(self.hf_config, "torch_dtype", None) or getattr(self.hf_config, "dtype", None)
+        if isinstance(checkpoint_dtype, str):
+            checkpoint_dtype = getattr(torch, checkpoint_dtype, None)
+        self.dtype = self.platform.resolve_dtype(config.dtype, checkpoint_dtype)
+        if config.tensor_parallel_size > 1:
+            raise NotImplementedError("tensor_parallel_size > 1 is not available in this build")
+        self.structured_output = self._structured_output_backend()
+        self.runner = ModelRunner(config, self.hf_config, self.platform, loader, self.dtype,
+                                  self.structured_output)
+        num_blocks = self._num_kv_blocks()
+        self.runner.allocate_kv_cache(num_blocks)
+        logger.info("Doing profile, the total_block_num:%d (block_size %d, %d tokens)",
+                    num_blocks, config.block_size, num_blocks * config.block_size)
+        self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, self.max_num_batched_tokens,
+                                   config.enable_chunked_prefill)
+        self.eos_token_ids = self._eos_token_ids()
+        self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
+        self.speculator = self._speculative_decoder()
+        self.requests: dict[str, RequestState] = {}
+        self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
+                                     if config.reasoning_parser else None)
+
+    # ---- construction helpers ------------------------------------------------------------------
+    def _num_kv_blocks(self) -> int:
+        if self.config.num_gpu_blocks_override:
+            return self.config.num_gpu_blocks_override + 1
+        budget = self.platform.kv_cache_budget(
+            lambda: self.runner.profile_peak_bytes(self.max_num_batched_tokens, self.max_model_len,
+                                                   self.config.max_num_seqs),
+            self.config)
+        num_blocks = budget // self.runner.bytes_per_block()
+        if num_blocks < 2:
+            raise ValueError("no memory is left for the KV cache; lower max_num_batched_tokens or "
+                             "raise gpu_memory_utilization / cpu_kv_cache_gib")
+        return int(num_blocks)
+
+    def _eos_token_ids(self) -> frozenset[int]:
+        ids = getattr(self.hf_config, "eos_token_id", None)
+        ids = set(ids if isinstance(ids, (list, tuple)) else [ids] if ids is not None else [])
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return frozenset(ids)
+
+    def _structured_output_backend(self) -> Any:
+        entries = registry.entries("structured_output_backends")
+        entry = entries.get(self.config.structured_output_backend)
+        return entry.factory(self.tokenizer, self.hf_config.vocab_size) if entry and self.tokenizer else None
+
+    def _speculative_decoder(self) -> Any:
+        spec = self.config.speculative_config
+        if not spec:
+            return None
+        return registry.get("speculative_decoders", spec.get("method", "lookahead"))(spec, self.config)
+
+    # ---- requests ------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
+                    params: SamplingParams, arrival_time: Optional[float] = None,
+                    chat_template_kwargs: Optional[dict[str, Any]] = None) -> None:
+        """Queue a request; raises RequestError (and queues nothing) when the input is bad."""
+        if request_id in self.requests:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        if prompt_token_ids is None:
+            prompt_token_ids = self.inputs.tokenize(prompt)
+        self.inputs.validate(prompt_token_ids, params)
+        bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
+        compiled = None
+        if params.guided_decoding is not None:
+            if self.structured_output is None:
+                raise RequestError("guided decoding needs a structured-output backend plugin and a tokenizer")
+            try:
+                compiled = self.structured_output.compile(params.guided_decoding)
+            except ValueError as exc:
+                raise RequestError(f"invalid guided decoding spec: {exc}") from exc
+        thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
+        samples = []
+        for index in range(params.n):
+            seq = Sequence(request_id, index, list(prompt_token_ids), params, self.eos_token_ids,
+                           self.max_model_len, bad_words_token_ids=bad_words)
+            if params.seed is not None:
+                seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
+            if compiled is not None:
+                seq.structured_state = self.structured_output.new_matcher(compiled)
+            detok = (IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
+                     if self.tokenizer is not None else None)
+            parser = (self.reasoning_parser_cls(self.tokenizer, enable_thinking=thinking).stream()
+                      if self.reasoning_parser_cls else None)
+            samples.append(SampleState(seq, detok, parser))
+        state = RequestState(request_id, prompt, list(prompt_token_ids), samples,
+                             RequestMetrics(arrival_time=arrival_time or time.time()))
+        self.requests[request_id] = state
+        for sample in samples:
+            if self.speculator is not None:
+                self.speculator.on_prompt(sample.seq)
+            self.scheduler.add(sample.seq)
+
+    def abort_request(self, request_id: str) -> Optional[RequestOutput]:
+        state = self.requests.pop(request_id, None)
+        if state is None:
+            return None
+        for sample in state.samples:
+            self._release(sample.seq)
+            if not sample.seq.is_finished:
+                sample.seq.finish("abort")
+        return state.to_output()
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def _release(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        if self.speculator is not None:
+            self.speculator.on_finished(seq)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; return the current output of every request that advanced."""
+        if self.speculator is not None:
+            self._propose_drafts()
+        out = self.scheduler.schedule()
+        if not out.scheduled:
+            return []
+        now = time.time()
+        for item in out.scheduled:
+            metrics = self.requests[item.seq.request_id].metrics
+            if metrics.inference_start_time is None:
+                metrics.inference_start_time = now
+                metrics.time_in_queue = now - metrics.arrival_time
+        start = time.perf_counter()
+        results = self.runner.execute(out.scheduled)
+        forward_time = time.perf_counter() - start
+        for item in out.scheduled:
+            item.num_accepted_drafts = results[item.seq.seq_id].num_accepted_drafts
+        self.scheduler.update(out.scheduled)
+        touched: dict[str, RequestState] = {}
+        for item in out.scheduled:
+            seq, result = item.seq, results[item.seq.seq_id]
+            state = self.requests[seq.request_id]
+            state.metrics.model_forward_time += forward_time
+            touched[seq.request_id] = state
+            if result.prompt_logprobs:
+                seq.prompt_logprobs.extend(result.prompt_logprobs)
+            self._append_tokens(state, item, result)
+        return [self._emit(state) for state in touched.values()]
+
+    def _append_tokens(self, state: RequestState, item, result) -> None:
+        seq = item.seq
+        sample = state.samples[seq.index]
+        seq.draft_token_ids = []
+        if self.speculator is not None and result.new_token_ids:
+            self.speculator.on_step(seq, item.num_draft_tokens, result.num_accepted_drafts)
+            state.num_draft_tokens += item.num_draft_tokens
+            state.num_accepted_tokens += result.num_accepted_drafts
+        accepted = []
+        for token, logprob, top in zip(result.new_token_ids, result.token_logprobs, result.logprobs):
+            seq.append_token(token)
+            seq.cumulative_logprob += logprob
+            if seq.sampling_params.logprobs is not None:
+                seq.output_logprobs.append(top)
+            if seq.structured_state is not None:
+                seq.structured_state.accept_token(token)
+            accepted.append(token)
+            seq.check_stop()
+            if not seq.is_finished and seq.structured_state is not None and seq.structured_state.is_terminated():
+                seq.finish("stop")
+            if seq.is_finished:
+                break
+        if accepted:
+            state.on_tokens(sample, accepted)
+        if seq.is_finished:
+            self._release(seq)
+
+    def _emit(self, state: RequestState) -> RequestOutput:
+        if state.finished:
+            state.metrics.finished_time = time.time()
+            start = state.metrics.inference_start_time or state.metrics.arrival_time
+            state.metrics.model_execute_time = state.metrics.finished_time - start
+            del self.requests[state.request_id]
+        return state.to_output()
+
+    def _propose_drafts(self) -> None:
+        seqs, room = [], []
+        for seq in self.scheduler.running:
+            if seq.num_computed_tokens != seq.num_tokens - 1 or seq.structured_state is not None:
+                continue
+            params = seq.sampling_params
+            left = self.max_model_len - seq.num_tokens - 1
+            if params.max_tokens is not None:
+                left = min(left, params.max_tokens - len(seq.output_token_ids) - 1)
+            if left > 0:
+                seqs.append(seq)
+                room.append(left)
+        if seqs:
+            self.speculator.propose(seqs, room)
+
+    # ---- errors --------------------------------------------------------------------------------
+    @staticmethod
+    def error_output(request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
+                     error: RequestError) -> RequestOutput:
+        """A finished output that carries a request's error instead of text."""
+        completion = CompletionOutput(index=0, finish_reason="error")
+        return RequestOutput(request_id=request_id, prompt=prompt, prompt_token_ids=prompt_token_ids or [],
+                             outputs=completion, completions=[completion], finished=True,
+                             metrics=RequestMetrics(arrival_time=time.time()),
+                             error_code=error.code, error_msg=str(error))

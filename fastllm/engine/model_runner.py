@@ -1,0 +1,183 @@
+"""Owns the model, its KV cache and the sampler; runs one scheduled step and returns tokens."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from fastllm import registry
+from fastllm.attention.metadata import ForwardContext, forward_context
+from fastllm.config import EngineConfig
+from fastllm.engine.input_batch import ModelInputs, pack_inputs
+from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.engine.sequence import Sequence
+from fastllm.outputs import Logprobs
+from fastllm.sampling.batch import SamplingBatch, SamplingRow
+from fastllm.sampling_params import SamplingParams
+from fastllm.sampling.sampler import Sampler, top_logprobs
+from fastllm.spec_decode.verify import verify_drafts
+
+logger = logging.getLogger(__name__)
+PROMPT_LOGPROB_CHUNK = 256
+
+
+@dataclass
+class SequenceResult:
+    """What one step produced for one sequence."""
+
+    new_token_ids: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
+    logprobs: list[Optional[Logprobs]] = field(default_factory=list)
+    num_accepted_drafts: int = 0
+    prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
+                 dtype: torch.dtype, structured_output: Any = None):
+        self.config, self.hf_config, self.platform = config, hf_config, platform
+        self.device, self.dtype = platform.device, dtype
+        self.block_size = config.block_size
+        self.structured_output = structured_output
+        self.sampler = Sampler()
+        architecture = (getattr(hf_config, "architectures", None) or ["LlamaForCausalLM"])[0]
+        model_cls = registry.get("models", architecture)
+        self.backend = registry.get("attention_backends",
+                                    config.attention_backend or platform.default_attention_backend)()
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(self.device):
+                self.model = model_cls(hf_config)
+        finally:
+            torch.set_default_dtype(previous)
+        loader.load_weights(config.model, self.model)
+        if config.quantization:
+            registry.get("quantizers", config.quantization)().quantize_model(self.model, config)
+        self.model.eval()
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.num_blocks = 0
+
+    # ---- KV cache -------------------------------------------------------------------------
+    def kv_cache_dtype(self) -> torch.dtype:
+        return {"auto": self.dtype, "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
+                "fp8_e5m2": torch.float8_e5m2}[self.config.kv_cache_dtype]
+
+    def bytes_per_block(self) -> int:
+        attn = self.model.model.layers[0].self_attn
+        per_token = 2 * attn.num_kv_heads * attn.head_dim * self.kv_cache_dtype().itemsize
+        return per_token * self.block_size * len(self.model.model.layers)
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        attn = self.model.model.layers[0].self_attn
+        shape = (num_blocks, self.block_size, attn.num_kv_heads, attn.head_dim)
+        self.kv_caches = [(torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device),
+                           torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device))
+                          for _ in self.model.model.layers]
+        self.num_blocks = num_blocks
+
+    # ---- one step ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
+        inputs = pack_inputs(scheduled, self.block_size, self.device)
+        ctx = ForwardContext(inputs.attn_metadata, self.kv_caches, self.backend)
+        with forward_context(ctx):
+            hidden = self.model(inputs.input_ids, inputs.positions)
+        results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
+        self._prompt_logprobs(hidden, inputs, results)
+        self._sample(hidden, inputs, results)
+        return results
+
+    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult]) -> None:
+        rows: list[SamplingRow] = []
+        row_index: list[int] = []
+        owners: list[tuple[ScheduledSequence, int]] = []
+        for item, offset in zip(inputs.order, inputs.token_offsets):
+            if not item.samples:
+                continue
+            seq, drafts = item.seq, item.seq.draft_token_ids[: item.num_draft_tokens]
+            first = offset + item.num_new_tokens - len(drafts) - 1
+            owners.append((item, len(rows)))
+            for j in range(len(drafts) + 1):
+                rows.append(SamplingRow(seq, seq.output_token_ids + drafts[:j]))
+                row_index.append(first + j)
+        if not rows:
+            return
+        logits = self.model.compute_logits(hidden[torch.tensor(row_index, device=hidden.device)])
+        batch = SamplingBatch.build(rows, logits.device)
+        dist = self.sampler.distribution(logits, batch, self.structured_output)
+        any_drafts = any(item.num_draft_tokens for item, _ in owners)
+        sampled = None if any_drafts else self.sampler.sample(dist, batch).tolist()
+        all_tokens: list[int] = []
+        for item, start in owners:
+            drafts = item.seq.draft_token_ids[: item.num_draft_tokens]
+            if sampled is not None:
+                tokens = [sampled[start]]
+            else:
+                probs = dist.probs[start:start + len(drafts) + 1]
+                tokens = verify_drafts(probs, drafts, item.seq.sampling_params.greedy, item.seq.generator)
+            result = results[item.seq.seq_id]
+            result.new_token_ids = tokens
+            result.num_accepted_drafts = len(tokens) - 1
+            all_tokens += tokens + [0] * (len(drafts) + 1 - len(tokens))
+        chosen, tops = top_logprobs(dist.logprobs, all_tokens, batch)
+        for item, start in owners:
+            result = results[item.seq.seq_id]
+            n = len(result.new_token_ids)
+            result.token_logprobs = chosen[start:start + n]
+            result.logprobs = tops[start:start + n]
+
+    def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
+                         results: dict[int, SequenceResult]) -> None:
+        """Logprob of each prompt token given the ones before it, for requests that asked."""
+        for item, offset in zip(inputs.order, inputs.token_offsets):
+            seq, k = item.seq, item.seq.sampling_params.prompt_logprobs
+            if k is None or seq.index != 0:
+                continue
+            start = seq.num_computed_tokens
+            if len(seq.prompt_logprobs) > start:
+                continue  # recomputed after a preemption: already reported
+            entries: list[Optional[Logprobs]] = [None] if start == 0 else []
+            stop = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
+            for chunk in range(start, stop, PROMPT_LOGPROB_CHUNK):
+                end = min(chunk + PROMPT_LOGPROB_CHUNK, stop)
+                rows = hidden[offset + chunk - start: offset + end - start]
+                logprobs = self.model.compute_logits(rows).log_softmax(dim=-1)
+                actual = torch.tensor(seq.prompt_token_ids[chunk + 1:end + 1], device=logprobs.device)
+                actual_lp = logprobs.gather(-1, actual[:, None]).squeeze(-1).tolist()
+                top_v, top_i = logprobs.topk(max(k, 1), dim=-1) if k else (None, None)
+                for r, token in enumerate(actual.tolist()):
+                    entry = dict(zip(top_i[r].tolist(), top_v[r].tolist())) if k else {}
+                    entry[token] = actual_lp[r]
+                    entries.append(entry)
+            results[seq.seq_id].prompt_logprobs = entries
+
+    # ---- memory profiling -------------------------------------------------------------------
+    @torch.inference_mode()
+    def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
+        """Run the largest prefill batch once, with a throw-away cache, and report peak memory."""
+        lengths = [max_model_len] * (num_tokens // max_model_len)
+        if num_tokens % max_model_len:
+            lengths.append(num_tokens % max_model_len)
+        blocks_each = [-(-n // self.block_size) for n in lengths]
+        self.allocate_kv_cache(sum(blocks_each) + 1)
+        vocab = self.hf_config.vocab_size
+        scheduled, next_block = [], 1
+        for n, nb in zip(lengths, blocks_each):
+            seq = Sequence("profile", 0, torch.randint(0, vocab, (n,)).tolist(), SamplingParams(),
+                           frozenset(), max_model_len)
+            seq.block_table = list(range(next_block, next_block + nb))
+            next_block += nb
+            scheduled.append(ScheduledSequence(seq, n))
+        inputs = pack_inputs(scheduled, self.block_size, self.device)
+        with forward_context(ForwardContext(inputs.attn_metadata, self.kv_caches, self.backend)):
+            hidden = self.model(inputs.input_ids, inputs.positions)
+        self.model.compute_logits(hidden[: max_num_seqs])
+        self.platform.synchronize()
+        peak = torch.cuda.max_memory_allocated() if self.device.type == "cuda" else 0
+        self.kv_caches = []
+        return peak

@@ -1,0 +1,142 @@
+"""Continuous batching: one token budget shared by decodes and (chunked) prefills, FCFS."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from fastllm.engine.kv_cache_manager import KVCacheManager
+from fastllm.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSequence:
+    """``num_new_tokens`` tokens of ``seq`` go through the model this step (drafts included)."""
+
+    seq: Sequence
+    num_new_tokens: int
+    num_draft_tokens: int = 0
+    num_accepted_drafts: int = 0
+
+    @property
+    def samples(self) -> bool:
+        """True when this step reaches the end of the known tokens, so a new token is sampled."""
+        return (self.seq.num_computed_tokens + self.num_new_tokens - self.num_draft_tokens
+                >= self.seq.num_tokens)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    """Two queues, ``waiting`` and ``running``; ``schedule()`` says what runs next step.
+
+    Running sequences are served first (oldest first); when the KV pool runs dry the
+    newest running sequence is preempted and recomputed later.
+    """
+
+    def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 enable_chunked_prefill: bool = True):
+        self.kv_cache = kv_cache
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        scheduled_running: list[Sequence] = []
+        queue = list(self.running)
+        while queue and budget > 0:
+            seq = queue.pop(0)
+            drafts = len(seq.draft_token_ids)
+            wanted = seq.num_tokens + drafts - seq.num_computed_tokens
+            if wanted > budget and drafts:
+                seq.draft_token_ids = seq.draft_token_ids[: max(0, budget - (wanted - drafts))]
+                drafts = len(seq.draft_token_ids)
+                wanted = seq.num_tokens + drafts - seq.num_computed_tokens
+            num_new = min(wanted, budget)
+            while not self.kv_cache.allocate(seq, num_new):
+                victim = queue.pop() if queue else seq
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                scheduled_running.append(seq)
+                out.scheduled.append(ScheduledSequence(seq, num_new, drafts if num_new == wanted else 0))
+                budget -= num_new
+        self.running = scheduled_running + [s for s in self.running
+                                            if s not in scheduled_running and s.status is SequenceStatus.RUNNING]
+        if not out.preempted:
+            self._admit_waiting(out, budget)
+        return out
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            cached = self.kv_cache.match_prefix(seq) if seq.num_computed_tokens == 0 else []
+            cached_tokens = len(cached) * self.kv_cache.block_size
+            remaining = seq.num_tokens - seq.num_computed_tokens - cached_tokens
+            if remaining > budget and not self.enable_chunked_prefill:
+                break
+            num_new = min(remaining, budget)
+            if not self.kv_cache.allocate(seq, num_new, cached):
+                break
+            self.waiting.popleft()
+            seq.num_computed_tokens += cached_tokens
+            if not seq.output_token_ids:
+                seq.num_cached_tokens = cached_tokens
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(ScheduledSequence(seq, num_new))
+            budget -= num_new
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free a running sequence's blocks; it goes back to the head of the queue to recompute."""
+        self.kv_cache.free(seq)
+        seq.num_computed_tokens = 0
+        seq.draft_token_ids = []
+        seq.status = SequenceStatus.WAITING
+        if seq in self.running:
+            self.running.remove(seq)
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def update(self, scheduled: list[ScheduledSequence]) -> None:
+        """Advance computed-token counts after the model ran the scheduled tokens.
+
+        Keys and values of rejected draft tokens stay in their slots as garbage and
+        are overwritten later, since they lie past ``num_computed_tokens``.
+        """
+        for item in scheduled:
+            seq = item.seq
+            seq.num_computed_tokens += (item.num_new_tokens - item.num_draft_tokens
+                                        + item.num_accepted_drafts)
+            self.kv_cache.cache_computed_blocks(seq)
+
+    def finish(self, seq: Sequence) -> None:
+        """Release a finished (or aborted) sequence wherever it is."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv_cache.free(seq)
+        if not seq.is_finished:
+            seq.finish("abort")

@@ -1,0 +1,100 @@
+"""One generated sequence: its tokens, how many of them sit in the KV cache, and its blocks."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from fastllm.outputs import Logprobs
+from fastllm.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+_seq_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    """A request's prompt plus one of its ``n`` samples.
+
+    ``num_computed_tokens`` counts tokens whose keys and values are in the cache;
+    the scheduler advances it, a preemption resets it to zero (recompute).
+    """
+
+    request_id: str
+    index: int
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    eos_token_ids: frozenset[int]
+    max_model_len: int
+    seq_id: int = field(default_factory=lambda: next(_seq_ids))
+    output_token_ids: list[int] = field(default_factory=list)
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[bytes] = field(default_factory=list)
+    draft_token_ids: list[int] = field(default_factory=list)
+    bad_words_token_ids: list[list[int]] = field(default_factory=list)
+    generator: Optional[torch.Generator] = None
+    output_logprobs: list[Logprobs] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    stop_reason: Optional[int | str] = None
+    structured_state: Any = None
+    spec_state: Any = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    def append_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+
+    def check_stop(self) -> None:
+        """Finish on eos, a stop token, max_tokens or max_model_len (stop strings: the output processor)."""
+        params = self.sampling_params
+        num_output = len(self.output_token_ids)
+        token = self.output_token_ids[-1]
+        if num_output >= params.min_tokens:
+            if not params.ignore_eos and token in self.eos_token_ids:
+                self.finish("stop")
+                return
+            if token in params.stop_token_ids:
+                self.finish("stop", stop_reason=token)
+                return
+        if params.max_tokens is not None and num_output >= params.max_tokens:
+            self.finish("length")
+        elif self.num_tokens >= self.max_model_len:
+            self.finish("length")
+
+    def finish(self, reason: str, stop_reason: Optional[int | str] = None) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason
+        self.stop_reason = stop_reason

@@ -1,0 +1,42 @@
+"""Vocabulary-parallel token embedding and LM head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fastllm.distributed.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_size
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Each rank holds a contiguous slice of the vocabulary."""
+
+    def __init__(self, vocab_size: int, hidden_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.shard_size = -(-vocab_size // tp_size())
+        self.start = tp_rank() * self.shard_size
+        self.weight = nn.Parameter(torch.empty(self.shard_size, hidden_size), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+        shard = loaded[self.start:self.start + self.shard_size]
+        param.data.zero_()
+        param.data[: shard.shape[0]].copy_(shard)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if tp_size() == 1:
+            return F.embedding(input_ids, self.weight)
+        local = input_ids - self.start
+        inside = (local >= 0) & (local < self.shard_size)
+        out = F.embedding(local.clamp(0, self.shard_size - 1), self.weight) * inside.unsqueeze(-1)
+        return all_reduce(out)
+
+
+class ParallelLMHead(VocabParallelEmbedding):
+    """Hidden states -> logits over the full vocabulary (gathered across ranks)."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = all_gather_last_dim(F.linear(hidden, self.weight))
+        return logits[..., : self.vocab_size]

@@ -1,0 +1,114 @@
+"""Linear layers that shard themselves for tensor parallelism and load HF weights into the shard.
+
+Quantizers swap these modules (gpt-fast style); model code never changes for them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
+
+
+class LinearBase(nn.Module):
+    """``y = x W^T + b`` over this rank's shard; ``tp_dim`` is the sharded weight dimension."""
+
+    tp_dim: Optional[int] = None
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        super().__init__()
+        self.input_size, self.output_size = input_size, output_size
+        self.weight = nn.Parameter(torch.empty(output_size, input_size), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        if bias:
+            self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)
+            self.bias.weight_loader = self.weight_loader
+        else:
+            self.register_parameter("bias", None)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+        if self.tp_dim is not None and self.tp_dim < loaded.dim():
+            size = param.shape[self.tp_dim]
+            loaded = loaded.narrow(self.tp_dim, tp_rank() * size, size)
+        param.data.copy_(loaded)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class ReplicatedLinear(LinearBase):
+    pass
+
+
+class ColumnParallelLinear(LinearBase):
+    """Splits output features across ranks; each rank's output is a slice."""
+
+    tp_dim = 0
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        _check_divisible(output_size, "output features")
+        super().__init__(input_size, output_size // tp_size(), bias)
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    """Several column-parallel projections in one matmul (gate and up of the MLP)."""
+
+    def __init__(self, input_size: int, output_sizes: list[int], bias: bool = False):
+        self.output_sizes = output_sizes
+        super().__init__(input_size, sum(output_sizes), bias)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+        shard = self.output_sizes[shard_id] // tp_size()
+        offset = sum(self.output_sizes[:shard_id]) // tp_size()
+        loaded = loaded.narrow(0, tp_rank() * shard, shard)
+        param.data.narrow(0, offset, shard).copy_(loaded)
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """Query, key and value projections fused; heads are split across ranks."""
+
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int,
+                 bias: bool = False):
+        _check_divisible(num_heads, "attention heads")
+        _check_divisible(num_kv_heads, "key/value heads")
+        self.head_dim = head_dim
+        self.num_heads, self.num_kv_heads = num_heads // tp_size(), num_kv_heads // tp_size()
+        super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+        q = self.num_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        offset, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard_id]
+        loaded = loaded.narrow(0, tp_rank() * size, size)
+        param.data.narrow(0, offset, size).copy_(loaded)
+
+
+class RowParallelLinear(LinearBase):
+    """Splits input features across ranks and sums the partial products."""
+
+    tp_dim = 1
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        _check_divisible(input_size, "input features")
+        super().__init__(input_size // tp_size(), output_size, bias)
+        if bias:
+            self.bias.weight_loader = LinearBase.weight_loader.__get__(self)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+        if loaded.dim() == 1:
+            param.data.copy_(loaded)
+        else:
+            super().weight_loader(param, loaded, shard_id)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight, self.bias if tp_rank() == 0 else None)
+        return all_reduce(y)
+
+
+def _check_divisible(size: int, what: str) -> None:
+    if size % tp_size():
+        raise ValueError(f"{size} {what} cannot be split over tensor_parallel_size={tp_size()}")

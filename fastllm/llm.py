@@ -1,0 +1,130 @@
+"""The offline API of the seeds: ``LLM(model, ...)``, ``generate``, ``chat``."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional, Sequence, Union
+
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from fastllm.config import EngineConfig
+from fastllm.engine.input_processor import RequestError
+from fastllm.engine.llm_engine import LLMEngine
+from fastllm.outputs import RequestOutput
+from fastllm.sampling_params import SamplingParams
+
+PromptType = Union[str, list[int], dict[str, Any]]
+ParamsType = Union[SamplingParams, dict[str, Any]]
+
+
+def _as_prompt_list(prompts: Any) -> list[PromptType]:
+    """str | list[str] | list[int] | list[list[int]] | dict | list[dict] -> one entry per request."""
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]
+    return prompts
+
+
+class LLM:
+    """Load a model once, then batch prompts through the engine's continuous batching.
+
+    Every keyword of ``EngineConfig`` is accepted (``max_model_len``, ``block_size``,
+    ``max_num_seqs``, ``num_gpu_blocks_override``, ``enable_prefix_caching``, ...).
+    """
+
+    def __init__(self, model: str, tensor_parallel_size: int = 1, max_model_len: Optional[int] = None,
+                 block_size: int = 64, max_num_seqs: int = 256, gpu_memory_utilization: float = 0.9,
+                 num_gpu_blocks_override: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
+                 kv_cache_ratio: float = 0.75, enable_prefix_caching: bool = False,
+                 quantization: Optional[str] = None, reasoning_parser: Optional[str] = None, **kwargs: Any):
+        self.config = EngineConfig(
+            model=model, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+            block_size=block_size, max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
+            num_gpu_blocks_override=num_gpu_blocks_override, max_num_batched_tokens=max_num_batched_tokens,
+            kv_cache_ratio=kv_cache_ratio, enable_prefix_caching=enable_prefix_caching,
+            quantization=quantization, reasoning_parser=reasoning_parser, **kwargs)
+        self.engine = LLMEngine(self.config)
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def generate(self, prompts: Any, sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None,
+                 use_tqdm: bool = True, *, chat_template_kwargs: Optional[dict[str, Any]] = None
+                 ) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in order; a bad request carries error_code/error_msg."""
+        prompt_list = _as_prompt_list(prompts)
+        params_list = self._params_per_prompt(sampling_params, len(prompt_list))
+        results: dict[str, RequestOutput] = {}
+        order = []
+        for prompt, params in zip(prompt_list, params_list):
+            request_id = str(next(self._ids))
+            order.append(request_id)
+            text, token_ids = self._split_prompt(prompt)
+            try:
+                if not isinstance(params, SamplingParams):
+                    params = SamplingParams(**params)
+                self.engine.add_request(request_id, text, token_ids, params,
+                                        chat_template_kwargs=chat_template_kwargs)
+            except (RequestError, ValidationError, TypeError) as exc:
+                error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
+                results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)
+        progress = tqdm(total=len(order), desc="Processed prompts", disable=not use_tqdm)
+        progress.update(len(results))
+        while self.engine.has_unfinished_requests():
+            for output in self.engine.step():
+                if output.finished:
+                    results[output.request_id] = output
+                    progress.update(1)
+        progress.close()
+        return [results[request_id] for request_id in order]
+
+    def chat(self, messages: Union[list[dict[str, Any]], list[list[dict[str, Any]]]],
+             sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None, use_tqdm: bool = True,
+             chat_template_kwargs: Optional[dict[str, Any]] = None, tools: Optional[list[dict]] = None,
+             chat_template: Optional[str] = None) -> list[RequestOutput]:
+        """Render each conversation with the model's chat template, then generate."""
+        from fastllm.chat.template import render_chat, resolve_chat_template
+
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        resolved = resolve_chat_template(self.tokenizer, self.config.model,
+                                         chat_template or self.config.chat_template)
+        prompts = [render_chat(self.tokenizer, resolved, conv, tools=tools,
+                               chat_template_kwargs=chat_template_kwargs) for conv in conversations]
+        params = self._params_per_prompt(sampling_params, len(prompts))
+        if resolved.extra_stop_token_ids:
+            params = [self._with_stop_ids(p, resolved.extra_stop_token_ids) for p in params]
+        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
+                         for p in prompts]
+        return self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs)
+
+    @staticmethod
+    def _with_stop_ids(params: ParamsType, extra: list[int]) -> ParamsType:
+        if isinstance(params, dict):
+            params = SamplingParams(**params)
+        return params.model_copy(update={"stop_token_ids": list(params.stop_token_ids) + list(extra)})
+
+    @staticmethod
+    def _params_per_prompt(params: Any, count: int) -> list[ParamsType]:
+        if params is None:
+            return [SamplingParams() for _ in range(count)]
+        if isinstance(params, (SamplingParams, dict)):
+            return [params] * count
+        params = list(params)
+        if len(params) != count:
+            raise ValueError(f"got {len(params)} sampling_params for {count} prompts")
+        return params
+
+    @staticmethod
+    def _split_prompt(prompt: PromptType) -> tuple[Optional[str], Optional[list[int]]]:
+        if isinstance(prompt, str):
+            return prompt, None
+        if isinstance(prompt, dict):
+            if "multimodal_data" in prompt:
+                raise RequestError("multimodal prompts are not supported by this build")
+            return prompt.get("prompt"), prompt.get("prompt_token_ids")
+        return None, list(prompt)

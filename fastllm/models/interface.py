@@ -1,0 +1,31 @@
+"""The contract every model plugin follows; the runner knows models only through it."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Protocol
+
+import torch
+
+
+class CausalLM(Protocol):
+    """Built as ``cls(hf_config)`` on the target device and dtype; weights arrive later."""
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Packed tokens ``[T]`` and their positions ``[T]`` -> hidden states ``[T, hidden]``."""
+        ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states ``[N, hidden]`` -> float logits ``[N, vocab]``."""
+        ...
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Consume HF-named tensors; return the names of the parameters that were filled."""
+        ...
+
+
+def rope_settings(config: Any) -> tuple[float, dict[str, Any] | None]:
+    """(base, scaling) from either transformers 4 (rope_theta) or 5 (rope_parameters) configs."""
+    params = getattr(config, "rope_parameters", None) or {}
+    base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    scaling = getattr(config, "rope_scaling", None) or params or None
+    return float(base), scaling

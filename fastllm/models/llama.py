@@ -1,0 +1,146 @@
+"""Llama (Llama 2/3.x, SmolLM2, Mistral-style) written on fastllm's parallel layers."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+
+from fastllm.distributed.parallel_state import tp_size
+from fastllm.layers.activation import SiluAndMul
+from fastllm.layers.attention import Attention
+from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from fastllm.layers.layernorm import RMSNorm
+from fastllm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from fastllm.layers.rotary import RotaryEmbedding
+from fastllm.models.interface import rope_settings
+
+
+class LlamaAttention(nn.Module):
+    qkv_bias = False
+    qk_norm = False
+
+    def __init__(self, config: Any, layer_idx: int):
+        super().__init__()
+        hidden = config.hidden_size
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or hidden // heads
+        bias = getattr(config, "attention_bias", False) or self.qkv_bias
+        self.qkv_proj = QKVParallelLinear(hidden, self.head_dim, heads, kv_heads, bias=bias)
+        self.o_proj = RowParallelLinear(heads * self.head_dim, hidden,
+                                        bias=getattr(config, "attention_bias", False))
+        self.num_heads, self.num_kv_heads = heads // tp_size(), kv_heads // tp_size()
+        base, scaling = rope_settings(config)
+        self.rotary_emb = RotaryEmbedding(self.head_dim, config.max_position_embeddings, base, scaling)
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.attn = Attention(layer_idx, self.num_heads, self.head_dim, self.num_kv_heads,
+                              self.head_dim ** -0.5)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim))
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: Any):
+        super().__init__()
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [config.intermediate_size] * 2)
+        self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    attention_cls = LlamaAttention
+
+    def __init__(self, config: Any, layer_idx: int):
+        super().__init__()
+        self.self_attn = self.attention_cls(config, layer_idx)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None):
+        if residual is None:
+            hidden, residual = self.input_layernorm(hidden), hidden
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: Any, layer_cls: type[LlamaDecoderLayer]):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(layer_cls(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        hidden, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, residual)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class LlamaForCausalLM(nn.Module):
+    layer_cls = LlamaDecoderLayer
+    # HF checkpoint name fragment -> (fused parameter fragment, shard id)
+    stacked_params = {
+        "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config, self.layer_cls)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if getattr(config, "tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, positions)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters(remove_duplicate=False))
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if "rotary_emb.inv_freq" in name:
+                continue
+            for fragment, (fused, shard_id) in self.stacked_params.items():
+                if f".{fragment}." in name:
+                    target = name.replace(f".{fragment}.", f".{fused}.")
+                    break
+            else:
+                target, shard_id = name, None
+            if target not in params:
+                if name == "lm_head.weight" and getattr(self.config, "tie_word_embeddings", False):
+                    continue
+                raise KeyError(f"checkpoint tensor {name!r} has no parameter in {type(self).__name__}")
+            param = params[target]
+            loader = getattr(param, "weight_loader", None)
+            if loader is None:
+                param.data.copy_(tensor)
+            else:
+                loader(param, tensor, shard_id)
+            loaded.add(target)
+        return loaded

@@ -1,0 +1,48 @@
+"""NVIDIA GPUs: checkpoint dtype (bf16/fp16), Triton attention, KV budget from memory profiling."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+from fastllm.platforms.interface import DTYPES
+
+logger = logging.getLogger(__name__)
+
+
+class CudaPlatform:
+    name = "cuda"
+    dist_backend = "nccl"
+    default_attention_backend = "triton"
+
+    def __init__(self) -> None:
+        self.device = torch.device("cuda", torch.cuda.current_device())
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return torch.cuda.is_available()
+
+    def resolve_dtype(self, requested: str, checkpoint_dtype: torch.dtype | None) -> torch.dtype:
+        if requested != "auto":
+            return DTYPES[requested]
+        if checkpoint_dtype in (torch.float16, torch.bfloat16):
+            return checkpoint_dtype
+        return torch.bfloat16
+
+    def kv_cache_budget(self, profile_peak: Callable[[], int], engine_config) -> int:
+        """What ``gpu_memory_utilization`` of the card leaves after weights and the peak batch."""
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        peak = profile_peak()
+        free, total = torch.cuda.mem_get_info()
+        used_by_others = total - free - torch.cuda.memory_reserved()
+        budget = int(total * engine_config.gpu_memory_utilization) - peak - max(used_by_others, 0)
+        logger.info("GPU memory: total %.1f GiB, peak in use %.1f GiB, KV budget %.1f GiB",
+                    total / 2**30, peak / 2**30, budget / 2**30)
+        return budget
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()

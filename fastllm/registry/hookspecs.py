@@ -1,0 +1,81 @@
+"""The extension points of fastllm: one hook per registry kind.
+
+A plugin is a module of ``@hookimpl`` functions named after these specs, exposed
+through the setuptools entry-point group ``fastllm``.  Every hook returns a
+mapping ``name -> factory``; the registry of that kind merges the mappings and
+remembers which distribution supplied each name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("fastllm")
+hookimpl = pluggy.HookimplMarker("fastllm")
+
+Factories = dict[str, Callable[..., Any]]
+
+
+@hookspec
+def register_models() -> Factories:
+    """Model classes keyed by HF architecture name (``LlamaForCausalLM``).
+
+    A class is built as ``cls(hf_config, engine_config)`` and must follow
+    ``fastllm.models.interface.CausalLM``.
+    """
+
+
+@hookspec
+def register_load_formats() -> Factories:
+    """Weight loaders keyed by format (``safetensors``, ``gguf``, ``dummy``).
+
+    Each follows ``fastllm.model_loader.interface.ModelLoader``.
+    """
+
+
+@hookspec
+def register_attention_backends() -> Factories:
+    """Paged-attention implementations keyed by name (``torch``, ``triton``).
+
+    Each follows ``fastllm.attention.interface.AttentionBackend``.
+    """
+
+
+@hookspec
+def register_platforms() -> Factories:
+    """Hardware platforms keyed by name (``cpu``, ``cuda``).
+
+    Each follows ``fastllm.platforms.interface.Platform``.
+    """
+
+
+@hookspec
+def register_quantizers() -> Factories:
+    """Weight quantization methods keyed by the ``quantization=`` name."""
+
+
+@hookspec
+def register_reasoning_parsers() -> Factories:
+    """Parsers that split chain-of-thought from the answer, keyed by name."""
+
+
+@hookspec
+def register_tool_parsers() -> Factories:
+    """Parsers that extract tool calls from generated text, keyed by name."""
+
+
+@hookspec
+def register_speculative_decoders() -> Factories:
+    """Draft-token proposers keyed by ``speculative_config["method"]``."""
+
+
+@hookspec
+def register_structured_output_backends() -> Factories:
+    """Grammar backends (JSON schema, regex, EBNF, choice), keyed by name."""
+
+
+@hookspec
+def register_chat_templates() -> Factories:
+    """Chat templates keyed by name; each factory returns the Jinja source."""

@@ -1,0 +1,77 @@
+"""Name -> factory registries, one per plugin kind, filled through pluggy hooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastllm.registry.manager import distribution_of, plugin_manager
+
+KINDS: tuple[str, ...] = (
+    "models",
+    "load_formats",
+    "attention_backends",
+    "platforms",
+    "quantizers",
+    "reasoning_parsers",
+    "tool_parsers",
+    "speculative_decoders",
+    "structured_output_backends",
+    "chat_templates",
+)
+
+BUILTIN_DISTRIBUTION = "fastllm"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered name: what builds it and which distribution supplied it."""
+
+    name: str
+    factory: Callable[..., Any]
+    distribution: str
+
+
+class UnknownPluginError(ValueError):
+    """Raised at start-up for a name nobody registered; lists what is registered."""
+
+    def __init__(self, kind: str, name: str, entries: dict[str, Entry]):
+        listing = "\n".join(f"  {e.name:<28} {e.distribution}" for e in entries.values())
+        super().__init__(
+            f"unknown {kind[:-1].replace('_', ' ')} {name!r}; registered {kind}:\n"
+            f"{listing or '  (none)'}"
+        )
+        self.kind, self.name = kind, name
+
+
+def _is_builtin(entry: Entry) -> bool:
+    return entry.distribution.split(" ")[0] == BUILTIN_DISTRIBUTION
+
+
+def entries(kind: str) -> dict[str, Entry]:
+    """Every registered name of ``kind``; a third-party name replaces a built-in one."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown plugin kind {kind!r}; kinds are {', '.join(KINDS)}")
+    hook = getattr(plugin_manager().hook, f"register_{kind}")
+    found: dict[str, Entry] = {}
+    for impl in reversed(hook.get_hookimpls()):
+        distribution = distribution_of(impl.plugin)
+        for name, factory in (impl.function() or {}).items():
+            entry = Entry(name, factory, distribution)
+            if name in found and not _is_builtin(found[name]) and _is_builtin(entry):
+                continue
+            found[name] = entry
+    return found
+
+
+def get(kind: str, name: str) -> Callable[..., Any]:
+    """The factory registered as ``name`` in ``kind``, or a clear UnknownPluginError."""
+    registered = entries(kind)
+    if name not in registered:
+        raise UnknownPluginError(kind, name, registered)
+    return registered[name].factory
+
+
+def names(kind: str) -> list[str]:
+    """The sorted names registered for ``kind``."""
+    return sorted(entries(kind))

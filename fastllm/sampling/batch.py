@@ -1,0 +1,58 @@
+"""The sampling parameters of one step's rows, as tensors, built once per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from fastllm.engine.sequence import Sequence
+
+
+@dataclass
+class SamplingRow:
+    """One row of logits to sample: its sequence and the tokens generated before it.
+
+    With speculative decoding a sequence owns several rows; row j sees its accepted
+    output plus the first j draft tokens.
+    """
+
+    seq: Sequence
+    output_token_ids: list[int]
+
+
+@dataclass
+class SamplingBatch:
+    rows: list[SamplingRow]
+    temperature: torch.Tensor
+    top_p: torch.Tensor
+    top_k: torch.Tensor
+    min_p: torch.Tensor
+    all_greedy: bool
+    any_top_p: bool
+    any_top_k: bool
+    any_min_p: bool
+    any_penalties: bool
+    max_logprobs: int
+    matchers: list[Optional[Any]]
+
+    @classmethod
+    def build(cls, rows: list[SamplingRow], device: torch.device) -> "SamplingBatch":
+        params = [r.seq.sampling_params for r in rows]
+        temperature = [0.0 if p.greedy else p.temperature for p in params]
+        top_k = [p.top_k if p.top_k > 0 else 0 for p in params]
+        return cls(
+            rows=rows,
+            temperature=torch.tensor(temperature, dtype=torch.float32, device=device),
+            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            top_k=torch.tensor(top_k, dtype=torch.int64, device=device),
+            min_p=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+            all_greedy=all(t == 0.0 for t in temperature),
+            any_top_p=any(p.top_p < 1.0 for p in params),
+            any_top_k=any(k > 0 for k in top_k),
+            any_min_p=any(p.min_p > 0.0 for p in params),
+            any_penalties=any(p.needs_penalties for p in params),
+            max_logprobs=max((p.logprobs or 0 for p in params), default=0),
+            matchers=[r.seq.structured_state for r in rows],
+        )

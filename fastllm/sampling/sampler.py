@@ -1,0 +1,105 @@
+"""Turns processed logits into target distributions and tokens: greedy, temperature, top-k,
+top-p, min-p, per-request seeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from fastllm.outputs import Logprobs
+from fastllm.sampling.batch import SamplingBatch
+from fastllm.sampling.logits_processors import apply_logit_edits
+
+
+@dataclass
+class Distribution:
+    """Per row: the probabilities to sample from (one-hot for greedy rows) and the logprobs
+    reported to the user (processed logits, before temperature and truncation)."""
+
+    probs: torch.Tensor
+    logprobs: torch.Tensor
+    greedy_tokens: torch.Tensor
+
+
+def mask_top_k_top_p_min_p(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Set to -inf every token outside each row's top-k, nucleus (top-p) and min-p sets."""
+    if batch.any_top_k or batch.any_top_p:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        drop = torch.zeros_like(sorted_logits, dtype=torch.bool)
+        if batch.any_top_k:
+            ranks = torch.arange(logits.shape[-1], device=logits.device)[None, :]
+            drop |= (ranks >= batch.top_k[:, None]) & (batch.top_k[:, None] > 0)
+        if batch.any_top_p:
+            probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+            mass_before = probs.cumsum(dim=-1) - probs
+            drop |= mass_before >= batch.top_p[:, None]
+        drop[:, 0] = False
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    if batch.any_min_p:
+        probs = logits.softmax(dim=-1)
+        threshold = batch.min_p[:, None] * probs.max(dim=-1, keepdim=True).values
+        logits = logits.masked_fill(probs < threshold, float("-inf"))
+    return logits
+
+
+def exponential_noise(shape: torch.Size, batch: SamplingBatch, device: torch.device) -> torch.Tensor:
+    """Exp(1) noise per row; a seeded row draws only from its own generator, so its tokens
+    do not depend on the rest of the batch."""
+    noise = torch.empty(shape, device=device)
+    unseeded = []
+    for i, row in enumerate(batch.rows):
+        if row.seq.generator is not None:
+            noise[i].exponential_(generator=row.seq.generator)
+        else:
+            unseeded.append(i)
+    if unseeded:
+        idx = torch.tensor(unseeded, device=device)
+        noise[idx] = torch.empty((len(unseeded), shape[-1]), device=device).exponential_()
+    return noise
+
+
+class Sampler:
+    """Logits ``[rows, vocab]`` (float32) -> one token per row, with optional top logprobs."""
+
+    def distribution(self, logits: torch.Tensor, batch: SamplingBatch,
+                     structured_output: Any = None) -> Distribution:
+        logits = apply_logit_edits(logits, batch)
+        if structured_output is not None and any(m is not None for m in batch.matchers):
+            structured_output.apply_bitmask(logits, batch.matchers)
+        logprobs = logits.log_softmax(dim=-1)
+        greedy_tokens = logits.argmax(dim=-1)
+        if batch.all_greedy:
+            probs = torch.zeros_like(logits).scatter_(-1, greedy_tokens[:, None], 1.0)
+        else:
+            greedy = batch.temperature == 0.0
+            scaled = logits / torch.where(greedy, 1.0, batch.temperature)[:, None]
+            probs = mask_top_k_top_p_min_p(scaled, batch).softmax(dim=-1)
+            one_hot = torch.zeros_like(probs).scatter_(-1, greedy_tokens[:, None], 1.0)
+            probs = torch.where(greedy[:, None], one_hot, probs)
+        return Distribution(probs, logprobs, greedy_tokens)
+
+    def sample(self, dist: Distribution, batch: SamplingBatch) -> torch.Tensor:
+        """argmax(p / E), E ~ Exp(1): an exact draw from p (the argmax itself for greedy rows)."""
+        if batch.all_greedy:
+            return dist.greedy_tokens
+        noise = exponential_noise(dist.probs.shape, batch, dist.probs.device)
+        sampled = (dist.probs / noise).argmax(dim=-1)
+        return torch.where(batch.temperature == 0.0, dist.greedy_tokens, sampled)
+
+
+def top_logprobs(logprobs: torch.Tensor, tokens: list[int], batch: SamplingBatch) -> tuple[list[float], list[Optional[Logprobs]]]:
+    """The chosen tokens' logprobs, and for rows that asked, the top-k dict (chosen token included)."""
+    chosen = logprobs.gather(-1, torch.tensor(tokens, device=logprobs.device)[:, None]).squeeze(-1).tolist()
+    tops: list[Optional[Logprobs]] = [None] * len(tokens)
+    wanted = [r.seq.sampling_params.logprobs for r in batch.rows]
+    if any(k is not None for k in wanted):
+        values, ids = logprobs.topk(max(batch.max_logprobs, 1), dim=-1)
+        values, ids = values.tolist(), ids.tolist()
+        for i, k in enumerate(wanted):
+            if k is not None:
+                entry = dict(zip(ids[i][:k], values[i][:k]))
+                entry[tokens[i]] = chosen[i]
+                tops[i] = entry
+    return chosen, tops
