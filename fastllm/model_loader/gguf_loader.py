@@ -6,6 +6,7 @@ support; tensors are renamed to HF names and llama.cpp's Q/K row permutation is 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any, Iterator, Optional
@@ -55,9 +56,15 @@ def unpermute(weight: np.ndarray, num_heads: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(weight.shape))
 
 
+@functools.lru_cache(maxsize=2)
+def open_reader(path: str) -> gguf.GGUFReader:
+    """Parsing a GGUF header takes seconds in Python: do it once per file."""
+    return gguf.GGUFReader(path)
+
+
 def read_tensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of the file, HF-named, dequantized to float32 in HF orientation."""
-    reader = gguf.GGUFReader(path)
+    reader = open_reader(path)
     arch = reader.fields["general.architecture"].contents()
     heads = reader.fields[f"{arch}.attention.head_count"].contents()
     kv_heads = reader.fields.get(f"{arch}.attention.head_count_kv")
@@ -76,14 +83,51 @@ def read_tensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, torch.from_numpy(np.ascontiguousarray(array))
 
 
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+def config_from_metadata(reader: gguf.GGUFReader) -> Any:
+    """The HF config of a GGUF file, read from its metadata alone (no tensor is touched)."""
+    fields = reader.fields
+
+    def get(key: str, default: Any = None) -> Any:
+        field = fields.get(key)
+        return field.contents() if field is not None else default
+
+    arch = get("general.architecture")
+    if arch not in _ARCHITECTURES:
+        raise ValueError(f"GGUF architecture {arch!r} is not supported ({', '.join(_ARCHITECTURES)})")
+    heads = get(f"{arch}.attention.head_count")
+    tensor_names = {t.name for t in reader.tensors}
+    values = dict(
+        architectures=[_ARCHITECTURES[arch]],
+        vocab_size=get(f"{arch}.vocab_size") or len(fields["tokenizer.ggml.tokens"].data),
+        hidden_size=get(f"{arch}.embedding_length"),
+        intermediate_size=get(f"{arch}.feed_forward_length"),
+        num_hidden_layers=get(f"{arch}.block_count"),
+        num_attention_heads=heads,
+        num_key_value_heads=get(f"{arch}.attention.head_count_kv", heads),
+        rms_norm_eps=get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6),
+        rope_theta=get(f"{arch}.rope.freq_base", 10000.0),
+        max_position_embeddings=get(f"{arch}.context_length", 2048),
+        tie_word_embeddings="output.weight" not in tensor_names,
+        attention_bias=False,
+        bos_token_id=get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=get("tokenizer.ggml.eos_token_id"),
+    )
+    head_dim = get(f"{arch}.attention.key_length")
+    if head_dim:
+        values["head_dim"] = head_dim
+    return AutoConfig.for_model(arch, **values)
+
+
 class GGUFLoader:
     @staticmethod
     def _split(model: str) -> tuple[str, str]:
         return os.path.dirname(os.path.abspath(model)), os.path.basename(model)
 
     def load_config(self, model: str) -> Any:
-        folder, name = self._split(model)
-        return AutoConfig.from_pretrained(folder, gguf_file=name)
+        return config_from_metadata(open_reader(model))
 
     def load_tokenizer(self, model: str, tokenizer: Optional[str]) -> Any:
         if tokenizer:

@@ -1,0 +1,63 @@
+"""The engine flags shared by every subcommand that builds an engine (serve, generate, bench)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from fastllm.config import EngineConfig
+from fastllm.model_loader.resolve import embedded_model_path
+
+# flag -> environment variable that sets its default (AIAK / Angel-vLLM names)
+ENV_DEFAULTS = {
+    "max_model_len": "MAX_MODEL_LEN", "dtype": "DTYPE", "tensor_parallel_size": "TP",
+    "quantization": "QUANTIZATION", "enable_prefix_caching": "ENABLE_PREFIX_CACHING",
+    "gpu_memory_utilization": "GPU_MEMORY_UTILIZATION", "enforce_eager": "ENFORCE_EAGER",
+    "model": "MODEL",
+}
+
+
+def _env_bool(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
+    if model_positional:
+        parser.add_argument("model", nargs="?", default=None, help="model path (default: embedded SmolLM2)")
+    else:
+        parser.add_argument("--model", default=None, help="model path (default: embedded SmolLM2)")
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--dtype", default=None, choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
+    parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    parser.add_argument("--enable-prefix-caching", action="store_true", default=None)
+    parser.add_argument("--enable-chunked-prefill", action="store_true", default=True)
+    parser.add_argument("--enforce-eager", action="store_true", default=None)
+    parser.add_argument("--quantization", "-q", default=None)
+    parser.add_argument("--reasoning-parser", default=None)
+    parser.add_argument("--chat-template", default=None)
+    parser.add_argument("--attention-backend", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
+    """Flags first, then the documented environment variables, then EngineConfig's defaults."""
+    values: dict[str, Any] = {}
+    for field in EngineConfig.model_fields:
+        value = getattr(args, field, None)
+        if value is None and field in ENV_DEFAULTS and ENV_DEFAULTS[field] in os.environ:
+            raw = os.environ[ENV_DEFAULTS[field]]
+            value = _env_bool(raw) if EngineConfig.model_fields[field].annotation is bool else raw
+        if value is not None:
+            values[field] = value
+    values.setdefault("model", embedded_model_path())
+    values.update(overrides)
+    return EngineConfig(**values)
