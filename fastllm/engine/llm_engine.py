@@ -13,10 +13,10 @@ from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import IncrementalDetokenizer
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
-from fastllm.engine.model_runner import ModelRunner
 from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.scheduler import Scheduler
 from fastllm.engine.sequence import Sequence
+from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import resolve_load_format
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
@@ -54,11 +54,9 @@ class LLMEngine:
         if isinstance(checkpoint_dtype, str):
             checkpoint_dtype = getattr(torch, checkpoint_dtype, None)
         self.dtype = self.platform.resolve_dtype(config.dtype, checkpoint_dtype)
-        if config.tensor_parallel_size > 1:
-            raise NotImplementedError("tensor_parallel_size > 1 is not available in this build")
         self.structured_output = self._structured_output_backend()
-        self.runner = ModelRunner(config, self.hf_config, self.platform, loader, self.dtype,
-                                  self.structured_output)
+        self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype,
+                                      self.structured_output)
         num_blocks = self._num_kv_blocks()
         self.runner.allocate_kv_cache(num_blocks)
         logger.info("Doing profile, the total_block_num:%d (block_size %d, %d tokens)",

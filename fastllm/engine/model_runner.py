@@ -10,12 +10,13 @@ from typing import Any, Optional
 import torch
 
 from fastllm import registry
-from fastllm.attention.metadata import ForwardContext, forward_context
+from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.engine.input_batch import ModelInputs, pack_inputs
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
 from fastllm.outputs import Logprobs
+from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
 from fastllm.sampling_params import SamplingParams
 from fastllm.sampling.sampler import Sampler, top_logprobs
@@ -48,6 +49,7 @@ class ModelRunner:
         model_cls = registry.get("models", architecture)
         self.backend = registry.get("attention_backends",
                                     config.attention_backend or platform.default_attention_backend)()
+        quantizer = build_quantizer(config.quantization, hf_config)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
@@ -55,9 +57,7 @@ class ModelRunner:
                 self.model = model_cls(hf_config)
         finally:
             torch.set_default_dtype(previous)
-        loader.load_weights(config.model, self.model)
-        if config.quantization:
-            registry.get("quantizers", config.quantization)().quantize_model(self.model, config)
+        load_weights(loader, config.model, self.model, quantizer)
         self.model.eval()
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
@@ -84,13 +84,27 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
         inputs = pack_inputs(scheduled, self.block_size, self.device)
-        ctx = ForwardContext(inputs.attn_metadata, self.kv_caches, self.backend)
-        with forward_context(ctx):
-            hidden = self.model(inputs.input_ids, inputs.positions)
+        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
         self._sample(hidden, inputs, results)
         return results
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                attn_metadata: AttentionMetadata) -> torch.Tensor:
+        """Hidden states of one packed batch.
+
+        Under tensor parallelism every rank makes this call, and each ``compute_logits``
+        call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
+        pair up only when all ranks run the same sequence of them.
+        """
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend)):
+            return self.model(input_ids, positions)
+
+    def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
+        """Logits of ``hidden[rows]`` over the full vocabulary (the LM head all-gathers them)."""
+        index = rows if isinstance(rows, slice) else torch.tensor(rows, device=hidden.device)
+        return self.model.compute_logits(hidden[index])
 
     def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult]) -> None:
         rows: list[SamplingRow] = []
@@ -107,7 +121,7 @@ class ModelRunner:
                 row_index.append(first + j)
         if not rows:
             return
-        logits = self.model.compute_logits(hidden[torch.tensor(row_index, device=hidden.device)])
+        logits = self.compute_logits(hidden, row_index)
         batch = SamplingBatch.build(rows, logits.device)
         dist = self.sampler.distribution(logits, batch, self.structured_output)
         any_drafts = any(item.num_draft_tokens for item, _ in owners)
@@ -145,8 +159,8 @@ class ModelRunner:
             stop = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
             for chunk in range(start, stop, PROMPT_LOGPROB_CHUNK):
                 end = min(chunk + PROMPT_LOGPROB_CHUNK, stop)
-                rows = hidden[offset + chunk - start: offset + end - start]
-                logprobs = self.model.compute_logits(rows).log_softmax(dim=-1)
+                rows = slice(offset + chunk - start, offset + end - start)
+                logprobs = self.compute_logits(hidden, rows).log_softmax(dim=-1)
                 actual = torch.tensor(seq.prompt_token_ids[chunk + 1:end + 1], device=logprobs.device)
                 actual_lp = logprobs.gather(-1, actual[:, None]).squeeze(-1).tolist()
                 top_v, top_i = logprobs.topk(max(k, 1), dim=-1) if k else (None, None)

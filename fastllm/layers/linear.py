@@ -30,6 +30,14 @@ class LinearBase(nn.Module):
         else:
             self.register_parameter("bias", None)
 
+    def shard_slices(self) -> dict[object, tuple[int, int]]:
+        """Where each checkpoint shard lands in this rank's output rows: ``shard_id -> (offset, size)``.
+
+        Fused layers have one entry per HF tensor they merge; quantized stand-ins reuse it to
+        load and export their own tensors shard by shard.
+        """
+        return {None: (0, self.output_size)}
+
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         if self.tp_dim is not None and self.tp_dim < loaded.dim():
             size = param.shape[self.tp_dim]
@@ -61,9 +69,12 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self.output_sizes = output_sizes
         super().__init__(input_size, sum(output_sizes), bias)
 
+    def shard_slices(self) -> dict[object, tuple[int, int]]:
+        return {i: (sum(self.output_sizes[:i]) // tp_size(), size // tp_size())
+                for i, size in enumerate(self.output_sizes)}
+
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
-        shard = self.output_sizes[shard_id] // tp_size()
-        offset = sum(self.output_sizes[:shard_id]) // tp_size()
+        offset, shard = self.shard_slices()[shard_id]
         loaded = loaded.narrow(0, tp_rank() * shard, shard)
         param.data.narrow(0, offset, shard).copy_(loaded)
 
@@ -79,10 +90,12 @@ class QKVParallelLinear(ColumnParallelLinear):
         self.num_heads, self.num_kv_heads = num_heads // tp_size(), num_kv_heads // tp_size()
         super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias)
 
+    def shard_slices(self) -> dict[object, tuple[int, int]]:
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
+
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
-        q = self.num_heads * self.head_dim
-        kv = self.num_kv_heads * self.head_dim
-        offset, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard_id]
+        offset, size = self.shard_slices()[shard_id]
         loaded = loaded.narrow(0, tp_rank() * size, size)
         param.data.narrow(0, offset, size).copy_(loaded)
 

@@ -27,7 +27,11 @@ class SafetensorsLoader:
         return AutoConfig.from_pretrained(model)
 
     def load_tokenizer(self, model: str, tokenizer: Optional[str]) -> Any:
-        return AutoTokenizer.from_pretrained(tokenizer or model)
+        """The tokenizer beside the weights; None for a weights-only directory."""
+        source = tokenizer or model
+        if not tokenizer and not glob.glob(os.path.join(model, "tokenizer*")):
+            return None
+        return AutoTokenizer.from_pretrained(source)
 
     def load_weights(self, model: str, module: nn.Module) -> None:
         module.load_weights(iter_safetensors(model))

@@ -53,7 +53,12 @@ def register_platforms() -> Factories:
 
 @hookspec
 def register_quantizers() -> Factories:
-    """Weight quantization methods keyed by the ``quantization=`` name."""
+    """Weight quantization methods keyed by the ``quantization=`` name (aliases share a class).
+
+    Each factory is built as ``cls(checkpoint_config)`` and follows
+    ``fastllm.quantization.interface.Quantizer``; a checkpoint whose config.json declares
+    ``quantization_config.quant_method`` is loaded by the quantizer registered under that name.
+    """
 
 
 @hookspec

@@ -14,11 +14,12 @@ ENV_DEFAULTS = {
     "max_model_len": "MAX_MODEL_LEN", "dtype": "DTYPE", "tensor_parallel_size": "TP",
     "quantization": "QUANTIZATION", "enable_prefix_caching": "ENABLE_PREFIX_CACHING",
     "gpu_memory_utilization": "GPU_MEMORY_UTILIZATION", "enforce_eager": "ENFORCE_EAGER",
-    "model": "MODEL",
+    "model": "MODEL", "tool_call_parser": "TOOL_CALL_PARSER", "reasoning_parser": "REASONING_PARSER",
 }
+DEFAULT_NUM_SPECULATIVE_TOKENS = 6  # Angel-vLLM's default lookahead length
 
 
-def _env_bool(value: str) -> bool:
+def env_bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -39,10 +40,17 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--gpu-memory-utilization", type=float, default=None)
     parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
     parser.add_argument("--enable-prefix-caching", action="store_true", default=None)
-    parser.add_argument("--enable-chunked-prefill", action="store_true", default=True)
+    parser.add_argument("--enable-chunked-prefill", nargs="?", const=True, default=None, type=env_bool,
+                        help="on by default; '--enable-chunked-prefill false' turns it off")
     parser.add_argument("--enforce-eager", action="store_true", default=None)
     parser.add_argument("--quantization", "-q", default=None)
     parser.add_argument("--reasoning-parser", default=None)
+    parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument("--use-lookahead", action="store_true", default=None,
+                        help="lookahead speculative decoding (env USE_LOOKAHEAD=1)")
+    parser.add_argument("--num-speculative-tokens", type=int, default=None,
+                        help=f"lookahead draft length (env NUM_SPECULATIVE_TOKENS, default "
+                             f"{DEFAULT_NUM_SPECULATIVE_TOKENS})")
     parser.add_argument("--chat-template", default=None)
     parser.add_argument("--attention-backend", default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -55,9 +63,23 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         value = getattr(args, field, None)
         if value is None and field in ENV_DEFAULTS and ENV_DEFAULTS[field] in os.environ:
             raw = os.environ[ENV_DEFAULTS[field]]
-            value = _env_bool(raw) if EngineConfig.model_fields[field].annotation is bool else raw
+            value = env_bool(raw) if EngineConfig.model_fields[field].annotation is bool else raw
         if value is not None:
             values[field] = value
     values.setdefault("model", embedded_model_path())
+    if (speculative := _speculative_config(args)) is not None:
+        values.setdefault("speculative_config", speculative)
     values.update(overrides)
     return EngineConfig(**values)
+
+
+def _speculative_config(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Angel-vLLM's --use-lookahead / --num-speculative-tokens (or USE_LOOKAHEAD / NUM_SPECULATIVE_TOKENS)."""
+    use = getattr(args, "use_lookahead", None)
+    if use is None:
+        use = env_bool(os.environ.get("USE_LOOKAHEAD", "0"))
+    if not use:
+        return None
+    tokens = getattr(args, "num_speculative_tokens", None) or int(
+        os.environ.get("NUM_SPECULATIVE_TOKENS", DEFAULT_NUM_SPECULATIVE_TOKENS))
+    return {"method": "lookahead", "num_speculative_tokens": tokens}

@@ -12,6 +12,7 @@ SUBCOMMANDS = (
     "fastllm.entrypoints.cli.chat",
     "fastllm.entrypoints.cli.plugins",
     "fastllm.entrypoints.cli.bench",
+    "fastllm.entrypoints.cli.serve",
 )
 
 

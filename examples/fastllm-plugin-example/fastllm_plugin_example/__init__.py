@@ -1,0 +1,1 @@
+"""A template for third-party fastllm plugins."""

@@ -1,0 +1,217 @@
+"""``fastllm bench serve``: load a running OpenAI-compatible server the way vLLM's benchmark_serving does.
+
+Requests arrive as a Poisson process (``--request-rate``; ``inf`` sends them all
+at once), at most ``--max-concurrency`` in flight, each streamed so that time to
+first token and the gaps between tokens can be measured on the client. Token
+counts come from the server's ``usage`` (``stream_options.include_usage``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Optional
+
+import numpy as np
+
+from fastllm import registry
+from fastllm.bench.datasets import BenchRequest, random_requests, sharegpt_requests
+from fastllm.model_loader.resolve import embedded_model_path, resolve_load_format
+
+
+@dataclass
+class RequestResult:
+    """What the client saw of one request; times in seconds."""
+
+    ok: bool = False
+    error: str = ""
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list[float] = field(default_factory=list)
+
+
+def load_tokenizer(model: str, tokenizer: Optional[str]) -> Any:
+    """The tokenizer the server uses, through fastllm's own loaders (so a GGUF file works too)."""
+    return registry.get("load_formats", resolve_load_format(model, "auto"))().load_tokenizer(model, tokenizer)
+
+
+async def send_one(client: Any, args: argparse.Namespace, model: str, request: BenchRequest,
+                   prompt_text: str) -> RequestResult:
+    """Stream one request; chunks without text (usage, role) do not count as tokens arriving."""
+    result = RequestResult()
+    extra = {"ignore_eos": True} if args.ignore_eos else {}
+    common = dict(model=model, max_tokens=request.output_len, temperature=0.0, stream=True,
+                  stream_options={"include_usage": True}, extra_body=extra)
+    start = last = time.perf_counter()
+    try:
+        if args.endpoint.endswith("chat/completions"):
+            stream = await client.chat.completions.create(messages=[{"role": "user", "content": prompt_text}],
+                                                          **common)
+        else:
+            stream = await client.completions.create(prompt=request.prompt_token_ids, **common)
+        async for chunk in stream:
+            if chunk.usage is not None:
+                result.prompt_tokens, result.output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            text = choice.delta.content if hasattr(choice, "delta") else choice.text
+            if not text:
+                continue
+            now = time.perf_counter()
+            if result.ttft == 0.0:
+                result.ttft = now - start
+            else:
+                result.itl.append(now - last)
+            last = now
+        result.latency = time.perf_counter() - start
+        result.ok = result.ttft > 0.0
+        result.error = "" if result.ok else "no tokens received"
+    except Exception as exc:  # one failed request is a data point, not the end of the run
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+async def run_load(args: argparse.Namespace, requests: list[BenchRequest],
+                   prompts: list[str]) -> tuple[str, list[RequestResult], float]:
+    """(model name used, one result per request in order, wall time of the whole run)."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=args.base_url.rstrip("/") + "/v1", api_key=args.api_key or "EMPTY",
+                         max_retries=0, timeout=args.timeout)
+    model = args.model or (await client.models.list()).data[0].id
+    limit = asyncio.Semaphore(args.max_concurrency or len(requests))
+    rng = random.Random(args.seed)
+
+    async def limited(request: BenchRequest, prompt: str) -> RequestResult:
+        async with limit:
+            return await send_one(client, args, model, request, prompt)
+
+    tasks = []
+    start = time.perf_counter()
+    for request, prompt in zip(requests, prompts):
+        tasks.append(asyncio.ensure_future(limited(request, prompt)))
+        if args.request_rate != float("inf"):
+            await asyncio.sleep(rng.expovariate(args.request_rate))
+    results = await asyncio.gather(*tasks)
+    duration = time.perf_counter() - start
+    await client.close()
+    return model, results, duration
+
+
+def summarize(results: list[RequestResult], duration: float) -> dict[str, Any]:
+    done = [r for r in results if r.ok]
+    input_tokens = sum(r.prompt_tokens for r in done)
+    output_tokens = sum(r.output_tokens for r in done)
+    ms = {
+        "ttft": [r.ttft * 1000 for r in done],
+        "tpot": [(r.latency - r.ttft) * 1000 / (r.output_tokens - 1) for r in done if r.output_tokens > 1],
+        "itl": [gap * 1000 for r in done for gap in r.itl],
+        "e2el": [r.latency * 1000 for r in done],
+    }
+    summary: dict[str, Any] = {
+        "completed": len(done), "failed": len(results) - len(done), "duration": duration,
+        "total_input_tokens": input_tokens, "total_output_tokens": output_tokens,
+        "request_throughput": len(done) / duration, "output_throughput": output_tokens / duration,
+        "total_token_throughput": (input_tokens + output_tokens) / duration,
+    }
+    for name, values in ms.items():
+        summary[f"mean_{name}_ms"] = float(np.mean(values)) if values else 0.0
+        summary[f"median_{name}_ms"] = float(np.median(values)) if values else 0.0
+        summary[f"p99_{name}_ms"] = float(np.percentile(values, 99)) if values else 0.0
+    return summary
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    rows = [("Successful requests:", summary["completed"]), ("Failed requests:", summary["failed"]),
+            ("Benchmark duration (s):", summary["duration"]), ("Total input tokens:", summary["total_input_tokens"]),
+            ("Total generated tokens:", summary["total_output_tokens"]),
+            ("Request throughput (req/s):", summary["request_throughput"]),
+            ("Output token throughput (tok/s):", summary["output_throughput"]),
+            ("Total Token throughput (tok/s):", summary["total_token_throughput"])]
+    print("{s:{c}^50}".format(s=" Serving Benchmark Result ", c="="))
+    for label, value in rows:
+        print(f"{label:<40}{value:<10.2f}" if isinstance(value, float) else f"{label:<40}{value:<10}")
+    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+                       ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        print("{s:{c}^50}".format(s=f" {title} ", c="-"))
+        for stat in ("mean", "median", "p99"):
+            label = f"{stat.capitalize() if stat != 'p99' else 'P99'} {key.upper()} (ms):"
+            print(f"{label:<40}{summary[f'{stat}_{key}_ms']:<10.2f}")
+    print("=" * 50)
+
+
+def build_requests(args: argparse.Namespace, tokenizer: Any) -> tuple[list[BenchRequest], list[str]]:
+    if args.dataset_name == "sharegpt":
+        if not args.dataset_path:
+            raise SystemExit("--dataset-name sharegpt needs --dataset-path")
+        requests = sharegpt_requests(args.dataset_path, args.num_prompts, tokenizer, args.max_model_len,
+                                     args.sharegpt_output_len, args.seed)
+    else:
+        requests = random_requests(args.num_prompts, args.random_input_len, args.random_output_len,
+                                   len(tokenizer), args.random_range_ratio, args.seed)
+    return requests, [tokenizer.decode(r.prompt_token_ids) for r in requests]
+
+
+def save_result(args: argparse.Namespace, model: str, summary: dict[str, Any], results: list[RequestResult]) -> str:
+    record = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"), "model": model, "endpoint": args.endpoint,
+              "num_prompts": args.num_prompts, "request_rate": args.request_rate,
+              "max_concurrency": args.max_concurrency, "metadata": dict(kv.split("=", 1) for kv in args.metadata),
+              **summary, "requests": [asdict(r) for r in results]}
+    name = args.result_filename or f"fastllm-serve-{args.request_rate}qps-{record['date']}.json"
+    path = os.path.join(args.result_dir, name)
+    os.makedirs(args.result_dir, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2)
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    tokenizer = load_tokenizer(args.model_path or embedded_model_path(), args.tokenizer)
+    requests, prompts = build_requests(args, tokenizer)
+    model, results, duration = asyncio.run(run_load(args, requests, prompts))
+    summary = summarize(results, duration)
+    print_table(summary)
+    errors = sorted({r.error for r in results if r.error})
+    if errors:
+        print("errors seen:", *errors[:5], sep="\n  ")
+    if args.save_result:
+        print(f"results saved to {save_result(args, model, summary, results)}")
+    return 0 if summary["completed"] else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="load a running server (vLLM benchmark_serving style)")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000")
+    parser.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
+    parser.add_argument("--model", default=None, help="served model name to ask for (default: the server's first)")
+    parser.add_argument("--model-path", default=None, help="model whose tokenizer builds the prompts "
+                                                           "(default: embedded SmolLM2)")
+    parser.add_argument("--tokenizer", default=None, help="a Hugging Face tokenizer instead of --model-path's")
+    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    parser.add_argument("--dataset-name", choices=["random", "sharegpt"], default="random")
+    parser.add_argument("--dataset-path", default=None, help="ShareGPT-format JSON file")
+    parser.add_argument("--num-prompts", type=int, default=100)
+    parser.add_argument("--random-input-len", type=int, default=128)
+    parser.add_argument("--random-output-len", type=int, default=32)
+    parser.add_argument("--random-range-ratio", type=float, default=0.0)
+    parser.add_argument("--sharegpt-output-len", type=int, default=None)
+    parser.add_argument("--max-model-len", type=int, default=2048, help="skip ShareGPT pairs longer than this")
+    parser.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (Poisson); inf: all at once")
+    parser.add_argument("--max-concurrency", type=int, default=None)
+    parser.add_argument("--ignore-eos", action="store_true")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save-result", action="store_true")
+    parser.add_argument("--result-dir", default=".")
+    parser.add_argument("--result-filename", default=None)
+    parser.add_argument("--metadata", nargs="*", default=[], help="key=value pairs stored with the result")
+    parser.set_defaults(func=run)

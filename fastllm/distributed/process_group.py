@@ -1,0 +1,55 @@
+"""Join and leave the tensor-parallel process group that the parallel layers read.
+
+The layers shard over torch.distributed's default group (see ``parallel_state``), so one
+process can host at most one tensor-parallel engine at a time, and must leave the group
+before a single-process engine is built, or that engine would shard itself too.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+# NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off.
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0"}
+
+
+def free_tcp_port() -> int:
+    """A port that was free a moment ago, for rank 0's rendezvous store."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: str,
+                         device: torch.device) -> None:
+    """Join the default group as ``rank`` on ``device``; blocks until all ranks have joined."""
+    if dist.is_initialized():
+        raise RuntimeError("torch.distributed is already initialized in this process: only one "
+                           "tensor-parallel engine can live in a process at a time")
+    if backend == "nccl":
+        os.environ.update(NCCL_ENV)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                            device_id=None if device.type == "cpu" else device)
+
+
+def destroy_tensor_parallel() -> None:
+    """Leave the group (a no-op when it was never joined or was aborted)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def abort_tensor_parallel() -> None:
+    """Make collectives blocked on a dead peer fail instead of waiting forever.
+
+    Gloo notices a closed peer socket by itself; NCCL keeps spinning on the GPU, so its
+    communicators are aborted (an experimental torch API, hence the guarded lookup).
+    """
+    if not dist.is_initialized() or dist.get_backend() != "nccl":
+        return
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if abort is not None:
+        abort()

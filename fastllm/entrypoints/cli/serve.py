@@ -1,0 +1,142 @@
+"""``fastllm serve [MODEL]``: the OpenAI-compatible server (AIAK / Angel-vLLM flags and env vars).
+
+Flags of those servers that fastllm cannot honour stop the start with a message
+saying so, instead of being accepted and ignored; flags that ask for nothing
+fastllm would do differently are accepted with a log line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any, Callable
+
+from fastllm import registry
+from fastllm.config import EngineConfig
+from fastllm.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args, env_bool
+from fastllm.entrypoints.openai.server_config import ServerConfig
+
+logger = logging.getLogger("fastllm")
+
+# dest -> (is the value something we cannot do?, why)
+UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "lora_modules": (lambda v: v is not None, "LoRA adapters are not supported"),
+    "pipeline_parallel_size": (lambda v: v not in (None, 1),
+                               "pipeline parallelism is not supported; use --tensor-parallel-size"),
+    "num_scheduler_steps": (lambda v: v not in (None, 1), "multi-step scheduling is not supported"),
+    "distributed_executor_backend": (lambda v: v not in (None, "mp"),
+                                     "only the 'mp' executor backend is available"),
+    "max_seq_len_to_capture": (lambda v: v is not None, "CUDA-graph capture length is not configurable"),
+    "scheduler_delay_factor": (lambda v: v not in (None, 0.0), "a scheduler delay is not supported"),
+    "tokenizer_extension_path": (lambda v: v is not None, "tokenizer extensions are not supported"),
+}
+# flags accepted for compatibility that change nothing here, and why
+NO_OPS = {
+    "trust_remote_code": "model code is built in; no remote code is ever run",
+    "disable_async_output_proc": "outputs are processed synchronously after each step",
+    "use_v2_block_manager": "the paged block manager is the only one",
+}
+
+
+def env_default(name: str, convert: Callable[[str], Any] = str) -> Any:
+    return convert(os.environ[name]) if name in os.environ else None
+
+
+def _env_list(value: str) -> list[str]:
+    """``"a,b c"`` -> ``["a", "b", "c"]``: lists from flags and env vars alike."""
+    return [item for item in value.replace(",", " ").split() if item]
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Exit with the reason for every flag we cannot honour; log the ones that are no-ops here."""
+    problems = [f"--{dest.replace('_', '-')}={getattr(args, dest)!r}: {why}"
+                for dest, (unsupported, why) in UNSUPPORTED.items() if unsupported(getattr(args, dest))]
+    if problems:
+        raise SystemExit("fastllm serve cannot start:\n  " + "\n  ".join(problems))
+    for dest, why in NO_OPS.items():
+        if getattr(args, dest):
+            logger.info("--%s accepted: %s", dest.replace("_", "-"), why)
+
+
+def check_plugins(config: EngineConfig) -> None:
+    """Fail on an unknown plugin name now, not after the weights are loaded."""
+    wanted = [("quantizers", config.quantization), ("tool_parsers", config.tool_call_parser),
+              ("reasoning_parsers", config.reasoning_parser),
+              ("speculative_decoders", (config.speculative_config or {}).get("method"))]
+    for kind, name in wanted:
+        if name:
+            registry.get(kind, name)
+
+
+def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfig) -> ServerConfig:
+    names = args.served_model_name or _env_list(os.environ.get("SERVED_MODEL_NAME") or os.environ.get(
+        "MODEL_ID") or "") or [engine_config.model]
+    return ServerConfig(served_model_names=names, api_keys=_env_list(" ".join(args.api_keys or [])),
+                        disable_log_requests=bool(args.disable_log_requests),
+                        enable_auto_tool_choice=bool(args.enable_auto_tool_choice),
+                        max_waiting_requests=args.max_waiting_requests,
+                        max_request_body_bytes=args.max_request_body_bytes, shutdown_timeout=args.shutdown_timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fastllm.engine.async_llm import AsyncLLM
+    from fastllm.entrypoints.openai import build_app, run_server
+
+    args.model = args.model or args.model_option
+    check_flags(args)
+    engine_config = engine_config_from_args(args)
+    check_plugins(engine_config)
+    server_config = server_config_from_args(args, engine_config)
+    engine = AsyncLLM(engine_config)
+    try:
+        run_server(build_app(engine, server_config), args.host, args.port, server_config.shutdown_timeout,
+                   args.uvicorn_log_level)
+    finally:
+        engine.shutdown(server_config.shutdown_timeout)
+    return 0
+
+
+def _add_server_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", dest="model_option", default=None, help="same as the MODEL argument")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-keys", nargs="+", default=env_default("API_KEYS", _env_list),
+                        help="accepted bearer tokens, space- or comma-separated (env API_KEYS)")
+    parser.add_argument("--served-model-name", nargs="+", default=None,
+                        help="names clients may use (env SERVED_MODEL_NAME, else MODEL_ID, else the model path)")
+    parser.add_argument("--disable-log-requests", action="store_true",
+                        default=env_default("DISABLE_LOG_REQUESTS", env_bool))
+    parser.add_argument("--enable-auto-tool-choice", action="store_true",
+                        default=env_default("ENABLE_AUTO_TOOL_CHOICE", env_bool))
+    parser.add_argument("--max-waiting-requests", type=int, default=env_default("MAX_WAITING_REQUESTS", int),
+                        help="answer 429 while this many requests wait (default: no limit)")
+    parser.add_argument("--max-request-body-bytes", type=int, default=16 * 2**20)
+    parser.add_argument("--shutdown-timeout", type=float, default=30.0,
+                        help="seconds in-flight requests get to finish after SIGTERM")
+    parser.add_argument("--uvicorn-log-level", default="info",
+                        choices=["critical", "error", "warning", "info", "debug", "trace"])
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        default=env_default("TRUST_REMOTE_CODE", env_bool))
+    parser.add_argument("--disable-async-output-proc", action="store_true")
+    parser.add_argument("--use-v2-block-manager", action="store_true")
+
+
+def _add_unsupported_args(parser: argparse.ArgumentParser) -> None:
+    """Flags of 003's table that fastllm refuses: parsed only so that ``check_flags`` can explain."""
+    group = parser.add_argument_group("not supported (refused at start)")
+    group.add_argument("--lora-modules", nargs="+", default=None)
+    group.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
+    group.add_argument("--num-scheduler-steps", type=int, default=None)
+    group.add_argument("--distributed-executor-backend", default=None)
+    group.add_argument("--max-seq-len-to-capture", type=int, default=None)
+    group.add_argument("--scheduler-delay-factor", type=float, default=None)
+    group.add_argument("--tokenizer-extension-path", default=None)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="OpenAI-compatible HTTP server")
+    add_engine_args(parser, model_positional=True)
+    _add_server_args(parser)
+    _add_unsupported_args(parser)
+    parser.set_defaults(func=run)

@@ -1,0 +1,98 @@
+"""The OpenAI-compatible HTTP app over one AsyncLLM, and the uvicorn server that drains on SIGTERM.
+
+``build_app`` does not own the engine: several apps (each with its own metrics
+registry) may share one engine, and whoever made the engine shuts it down.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Optional
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+import fastllm
+from fastllm.engine.async_llm import AsyncLLM
+from fastllm.entrypoints.openai.errors import install_error_handlers
+from fastllm.entrypoints.openai.middleware import RequestGuard
+from fastllm.entrypoints.openai.protocol import ModelCard, ModelList
+from fastllm.entrypoints.openai.protocol_chat import ChatCompletionRequest
+from fastllm.entrypoints.openai.protocol_completion import CompletionRequest
+from fastllm.entrypoints.openai.server_config import ServerConfig
+from fastllm.entrypoints.openai.serving_chat import ChatServing
+from fastllm.entrypoints.openai.serving_completion import CompletionServing
+from fastllm.entrypoints.openai.serving_context import ServingContext
+from fastllm.metrics import EngineStatsCollector, ServingMetrics
+
+
+def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
+    registry = CollectorRegistry()
+    registry.register(EngineStatsCollector(lambda: engine.stats))
+    ctx = ServingContext(engine, config, ServingMetrics(registry, engine.max_model_len))
+    completions, chat = CompletionServing(ctx), ChatServing(ctx)
+
+    app = FastAPI(title="fastllm OpenAI-compatible server", version=fastllm.__version__)
+    app.state.serving = ctx
+    install_error_handlers(app)
+    app.add_middleware(RequestGuard, api_keys=config.api_keys, max_body_bytes=config.max_request_body_bytes)
+
+    @app.get("/health")
+    async def health() -> Response:
+        """200 while requests are welcome; 503 once draining or after the engine died (probes stop routing)."""
+        healthy = engine.dead_error is None and not ctx.draining
+        return Response(status_code=200 if healthy else 503)
+
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        return JSONResponse({"version": fastllm.__version__})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models() -> ModelList:
+        return ModelList(data=[ModelCard(id=name, root=engine.config.model, max_model_len=engine.max_model_len)
+                               for name in config.served_model_names])
+
+    @app.post("/v1/completions")
+    async def create_completion(request: CompletionRequest, raw: Request) -> Response:
+        return await completions.create(request, raw)
+
+    @app.post("/v1/chat/completions")
+    async def create_chat_completion(request: ChatCompletionRequest, raw: Request) -> Response:
+        return await chat.create(request, raw)
+
+    return app
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, plus: from the first SIGTERM/SIGINT on, new requests get a 503 while in-flight ones finish."""
+
+    def __init__(self, config: uvicorn.Config, ctx: ServingContext):
+        super().__init__(config)
+        self.ctx = ctx
+
+    def handle_exit(self, sig: int, frame: Optional[FrameType]) -> None:
+        self.ctx.draining = True
+        super().handle_exit(sig, frame)
+
+
+def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
+    """Serve until SIGTERM/SIGINT, then give in-flight requests ``shutdown_timeout`` seconds and return.
+
+    uvicorn re-raises the signal it handled once it has stopped; ignoring both
+    signals beforehand makes that harmless, so the caller can still shut the
+    engine down and exit normally.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=shutdown_timeout)
+    DrainingServer(config, app.state.serving).run()

@@ -1,0 +1,81 @@
+"""One chat choice's cumulative engine output turned into OpenAI deltas (or, in one go, a message).
+
+The engine already splits reasoning from content; this adds what tool_choice
+asks for: a tool parser over the content (``auto``), the content as a named
+function's arguments, or the content read back as ``required`` calls at the end.
+Sending a whole output as one delta gives the non-streamed message, so both
+paths share this code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from fastllm.entrypoints.openai.chat_tools import new_tool_call_id, required_tool_calls
+from fastllm.entrypoints.openai.protocol_chat import ChatMessage, FunctionCall, NamedToolChoice, ToolCall
+from fastllm.outputs import CompletionOutput
+
+
+class ChoiceStream:
+    def __init__(self, tool_choice: Union[str, NamedToolChoice], tool_parser: Any = None):
+        self.tool_choice = tool_choice
+        self.parser_stream = tool_parser.stream() if tool_choice == "auto" and tool_parser is not None else None
+        self.reasoning_chars = 0
+        self.content_chars = 0
+        self.required_text = ""
+        self.num_tool_calls = 0
+        self.finished = False
+
+    def delta(self, completion: CompletionOutput) -> ChatMessage:
+        """What ``completion`` adds since the last call."""
+        reasoning = completion.reasoning_content[self.reasoning_chars:]
+        content = completion.text[self.content_chars:]
+        self.reasoning_chars, self.content_chars = len(completion.reasoning_content), len(completion.text)
+        self.finished = completion.finish_reason is not None
+        tool_calls: list[ToolCall] = []
+        if self.parser_stream is not None:
+            content, tool_calls = self._parse(content)
+        elif isinstance(self.tool_choice, NamedToolChoice) and content:
+            first = self.num_tool_calls == 0
+            tool_calls = [ToolCall(index=0, id=new_tool_call_id() if first else None, type="function" if first else None,
+                                   function=FunctionCall(name=self.tool_choice.function.name if first else None,
+                                                         arguments=content))]
+            content = ""
+        elif self.tool_choice == "required":
+            self.required_text += content
+            content = ""
+            if self.finished:
+                calls = required_tool_calls(self.required_text)
+                content, tool_calls = ("", calls) if calls else (self.required_text, [])
+        self.num_tool_calls += len(tool_calls)
+        return ChatMessage(reasoning_content=reasoning or None, content=content or None,
+                           tool_calls=tool_calls or None)
+
+    def message(self, completion: CompletionOutput) -> ChatMessage:
+        """The whole of a finished ``completion`` as a response message: tool-call fragments joined."""
+        whole = self.delta(completion)
+        calls: dict[int, ToolCall] = {}
+        for part in whole.tool_calls or []:
+            call = calls.setdefault(part.index, ToolCall(function=FunctionCall(arguments="")))
+            call.id = call.id or part.id or new_tool_call_id()
+            call.function.name = call.function.name or part.function.name
+            call.function.arguments += part.function.arguments or ""
+        return ChatMessage(role="assistant", content=whole.content if whole.content or calls else "",
+                           reasoning_content=whole.reasoning_content, tool_calls=list(calls.values()) or None)
+
+    def finish_reason(self, completion: CompletionOutput) -> Optional[str]:
+        """OpenAI says ``tool_calls`` when the model chose to call (auto, required), ``stop`` for a named call."""
+        if completion.finish_reason is None:
+            return None
+        if self.num_tool_calls and not isinstance(self.tool_choice, NamedToolChoice):
+            return "tool_calls"
+        return completion.finish_reason
+
+    def _parse(self, content: str) -> tuple[str, list[ToolCall]]:
+        deltas = [self.parser_stream.feed(content)] if content else []
+        if self.finished:
+            deltas.append(self.parser_stream.finish())
+        calls = [ToolCall(index=part.index, id=part.id, type="function" if part.id else None,
+                          function=FunctionCall(name=part.name, arguments=part.arguments))
+                 for delta in deltas for part in delta.tool_calls]
+        return "".join(delta.content for delta in deltas), calls

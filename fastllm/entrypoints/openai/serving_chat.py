@@ -1,0 +1,176 @@
+"""POST /v1/chat/completions: render the conversation with the chat template, generate, answer.
+
+The template and the tool parser are chosen once at start-up (fastllm.chat's
+resolution order), so a bad ``--chat-template`` or ``--tool-call-parser`` stops
+the server before it listens; a request may still bring its own template.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from fastllm.chat import ResolvedTemplate, render_chat, resolve_chat_template, tool_parser
+from fastllm.entrypoints.openai.chat_choice import ChoiceStream
+from fastllm.entrypoints.openai.chat_tools import check_tool_choice, forced_guided_decoding
+from fastllm.entrypoints.openai.errors import OpenAIError, error_body
+from fastllm.entrypoints.openai.logprobs import chat_logprobs
+from fastllm.entrypoints.openai.protocol import UsageInfo
+from fastllm.entrypoints.openai.protocol_chat import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse,
+                                                      ChatMessage)
+from fastllm.entrypoints.openai.serving_context import ServingContext
+from fastllm.entrypoints.openai.streaming import SSE_DONE, OutputStream, cancel_on_disconnect, collect, merge, sse, \
+    start_all
+from fastllm.outputs import CompletionOutput, RequestOutput
+from fastllm.sampling_params import SamplingParams
+
+
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as chat templates expect them: text parts joined, tool-call arguments as objects."""
+    rendered = []
+    for message in messages:
+        item = message.model_dump(exclude_none=True)
+        if isinstance(message.content, list):
+            if any(part.get("type") != "text" for part in message.content):
+                raise OpenAIError(400, "only text content parts are supported", "messages")
+            item["content"] = "\n".join(part.get("text", "") for part in message.content)
+        for call in item.get("tool_calls", []):
+            try:
+                call["function"]["arguments"] = json.loads(call["function"].get("arguments") or "{}")
+            except ValueError:
+                pass  # not JSON: the template gets the text as the client sent it
+        rendered.append(item)
+    return rendered
+
+
+class ChatServing:
+    def __init__(self, ctx: ServingContext):
+        self.ctx = ctx
+        config = ctx.engine.config
+        self.template = resolve_chat_template(ctx.tokenizer, config.model, config.chat_template)
+        parser_name = config.tool_call_parser or self.template.tool_call_parser
+        if ctx.config.enable_auto_tool_choice and parser_name is None:
+            raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
+        self.tool_parser = tool_parser(parser_name, ctx.tokenizer) if parser_name else None
+        self.auto_tools = self.tool_parser is not None and (
+            ctx.config.enable_auto_tool_choice or self.template.tool_call_parser is not None)
+
+    async def create(self, request: ChatCompletionRequest, raw: Request) -> Response:
+        self.ctx.metrics.on_received()
+        try:
+            return await self._create(request, raw)
+        except OpenAIError:
+            self.ctx.metrics.on_processed(False)
+            raise
+
+    def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
+        try:
+            template = (resolve_chat_template(self.ctx.tokenizer, self.ctx.engine.config.model, request.chat_template)
+                        if request.chat_template else self.template)
+            tools = ([tool.model_dump(exclude_none=True) for tool in request.tools]
+                     if request.tools and request.effective_tool_choice != "none" else None)
+            prompt = render_chat(self.ctx.tokenizer, template, template_messages(request.messages), tools=tools,
+                                 chat_template_kwargs=request.chat_template_kwargs)
+        except OpenAIError:
+            raise
+        except Exception as exc:  # a template error is the request's (or the template's): report, keep serving
+            raise OpenAIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
+        return prompt, template
+
+    def _params(self, request: ChatCompletionRequest, template: ResolvedTemplate, prompt_len: int) -> SamplingParams:
+        max_tokens = (request.max_completion_tokens or request.max_tokens
+                      or max(1, self.ctx.engine.max_model_len - prompt_len))
+        logprobs = (request.top_logprobs or 0) if request.logprobs else None
+        params = self.ctx.sampling_params(lambda: request.sampling_params(
+            max_tokens, logprobs, extra_stop_token_ids=template.extra_stop_token_ids))
+        update: dict[str, Any] = {}
+        if (forced := forced_guided_decoding(request)) is not None:
+            update["guided_decoding"] = forced
+        if self._parses_tools(request) and self.tool_parser.requires_special_tokens:
+            update["skip_special_tokens"] = False
+        return params.model_copy(update=update) if update else params
+
+    def _parses_tools(self, request: ChatCompletionRequest) -> bool:
+        return bool(request.tools) and request.effective_tool_choice == "auto" and self.tool_parser is not None
+
+    def _choice_stream(self, request: ChatCompletionRequest) -> ChoiceStream:
+        return ChoiceStream(request.effective_tool_choice if request.tools else "none",
+                            self.tool_parser if self._parses_tools(request) else None)
+
+    async def _create(self, request: ChatCompletionRequest, raw: Request) -> Response:
+        ctx = self.ctx
+        model = ctx.model_name(request.model)
+        ctx.admit()
+        check_tool_choice(request, self.auto_tools)
+        prompt, template = self._prompt(request)
+        prompt_token_ids = ctx.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        params = self._params(request, template, len(prompt_token_ids))
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        ctx.log_request(request_id, prompt, params)
+        streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs)]
+        if request.stream:
+            firsts = await start_all(streams)
+            return StreamingResponse(self._events(request_id, model, request, firsts, streams),
+                                     media_type="text/event-stream")
+        final = (await cancel_on_disconnect(raw, collect(streams)))[0]
+        ctx.metrics.on_processed(True)
+        choices = []
+        for completion in final.completions:
+            choice_stream = self._choice_stream(request)
+            message = choice_stream.message(completion)
+            choices.append(self._choice(request, completion, message, completion.logprobs or [],
+                                        choice_stream.finish_reason(completion), as_message=True))
+        response = ChatCompletionResponse(id=request_id, model=model, system_fingerprint=ctx.system_fingerprint,
+                                          choices=choices, usage=UsageInfo.of([final]))
+        return JSONResponse(response.model_dump(exclude_none=True))
+
+    def _choice(self, request: ChatCompletionRequest, completion: CompletionOutput, content: ChatMessage,
+                new_logprobs: list, finish_reason: Optional[str], as_message: bool) -> ChatChoice:
+        """A response choice (``as_message``) or a stream-chunk choice carrying ``content`` as its delta."""
+        start = len(completion.token_ids) - len(new_logprobs)
+        logprobs = (chat_logprobs(self.ctx.tokenizer, completion.token_ids[start:], new_logprobs,
+                                  request.top_logprobs or 0) if request.logprobs and new_logprobs else None)
+        return ChatChoice(index=completion.index, message=content if as_message else None,
+                          delta=None if as_message else content, logprobs=logprobs, finish_reason=finish_reason,
+                          stop_reason=completion.stop_reason if finish_reason else None,
+                          sentence_length=len(completion.text), cum_log_probs=completion.cumulative_logprob)
+
+    async def _events(self, request_id: str, model: str, request: ChatCompletionRequest,
+                      firsts: list[RequestOutput], streams: list[OutputStream]) -> AsyncIterator[str]:
+        def chunk(choices: list[ChatChoice], usage: Optional[UsageInfo] = None) -> str:
+            return sse(ChatCompletionResponse(id=request_id, object="chat.completion.chunk", model=model,
+                                              system_fingerprint=self.ctx.system_fingerprint, choices=choices,
+                                              usage=usage), exclude_none=True)
+
+        choice_streams = {c.index: self._choice_stream(request) for c in firsts[0].completions}
+        sent_tokens = dict.fromkeys(choice_streams, 0)
+        final, ok = firsts[0], False
+        try:
+            yield chunk([ChatChoice(index=i, delta=ChatMessage(role="assistant", content=""))
+                         for i in choice_streams])
+            async for _, output in merge(firsts, streams):
+                final = output
+                for completion in output.completions:
+                    stream = choice_streams[completion.index]
+                    if stream.finished:
+                        continue
+                    new_logprobs = (completion.logprobs or [])[sent_tokens[completion.index]:]
+                    sent_tokens[completion.index] = len(completion.token_ids)
+                    delta = stream.delta(completion)
+                    finish_reason = stream.finish_reason(completion)
+                    if delta.content or delta.reasoning_content or delta.tool_calls or finish_reason or (
+                            request.logprobs and new_logprobs):
+                        yield chunk([self._choice(request, completion, delta, new_logprobs, finish_reason,
+                                                  as_message=False)])
+            if request.stream_options is not None and request.stream_options.include_usage:
+                yield chunk([], UsageInfo.of([final]))
+            ok = True
+        except OpenAIError as exc:
+            yield sse(json.dumps(error_body(exc.status, exc.message, exc.param, exc.code)))
+        finally:
+            self.ctx.metrics.on_processed(ok)
+        yield SSE_DONE

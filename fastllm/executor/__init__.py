@@ -1,0 +1,22 @@
+"""Executors: run the model in this process, or over one process per tensor-parallel rank."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastllm.config import EngineConfig
+from fastllm.executor.interface import Executor
+from fastllm.executor.multiproc import MultiprocExecutor
+from fastllm.executor.uniproc import UniprocExecutor
+from fastllm.executor.worker_group import WorkerError
+
+__all__ = ["Executor", "MultiprocExecutor", "UniprocExecutor", "WorkerError", "create_executor"]
+
+
+def create_executor(config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype,
+                    structured_output: Any = None) -> Executor:
+    """One process for ``tensor_parallel_size=1``; else this process is rank 0 of N local ones."""
+    cls = UniprocExecutor if config.tensor_parallel_size == 1 else MultiprocExecutor
+    return cls(config, hf_config, platform, loader, dtype, structured_output)

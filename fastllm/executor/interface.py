@@ -1,0 +1,35 @@
+"""What the engine drives to run the model: the runner's surface, wherever the model lives."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fastllm.engine.model_runner import SequenceResult
+from fastllm.engine.scheduler import ScheduledSequence
+
+
+class Executor(Protocol):
+    """One model, in this process or spread over tensor-parallel processes.
+
+    Rank 0 schedules and samples; every rank holds the same number of KV blocks, so the
+    engine's block pool describes all of them.
+    """
+
+    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
+        """Run one step; new tokens (and logprobs) keyed by ``seq_id``."""
+        ...
+
+    def bytes_per_block(self) -> int:
+        """KV-cache bytes one block takes on one rank."""
+        ...
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        ...
+
+    def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
+        """Peak activation bytes of the largest batch, for ``Platform.kv_cache_budget``."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release worker processes, if any; the executor is unusable afterwards."""
+        ...

@@ -1,0 +1,111 @@
+"""Tensor parallelism over local processes: this process is rank 0 and drives ranks 1..N-1."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from fastllm.attention.metadata import AttentionMetadata
+from fastllm.config import EngineConfig
+from fastllm.distributed.process_group import free_tcp_port
+from fastllm.engine.model_runner import ModelRunner, SequenceResult
+from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.executor.step_wire import encode_forward
+from fastllm.executor.worker import WorkerSpec
+from fastllm.executor.worker_group import WorkerGroup
+
+
+class DriverRunner(ModelRunner):
+    """Rank 0's runner: announces each collective-bearing call to the workers, then makes it.
+
+    During a step only ``forward`` and ``compute_logits`` reach the layers' collectives, so
+    the workers replay exactly those, with the same arguments, and sampling stays here.
+    (``profile_peak_bytes`` calls the model directly: workers run their own profile.)
+    """
+
+    def __init__(self, workers: WorkerGroup, *args: Any):
+        self.workers = workers
+        super().__init__(*args)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                attn_metadata: AttentionMetadata) -> torch.Tensor:
+        self.workers.call("forward", encode_forward(input_ids, positions, attn_metadata))
+        return super().forward(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
+        self.workers.call("compute_logits", rows)
+        return super().compute_logits(hidden, rows)
+
+
+class MultiprocExecutor:
+    """One spawned process per extra rank; rank ``r`` uses device ``r`` of the platform.
+
+    Workers stop when the executor is shut down, garbage-collected, or the interpreter exits.
+    """
+
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
+                 dtype: torch.dtype, structured_output: Any = None):
+        world = config.tensor_parallel_size
+        _check_device_count(platform.device, world)
+        init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
+        specs = [WorkerSpec(rank, world, init_method, platform.dist_backend, platform.name,
+                            platform.device.type, config, hf_config, loader, dtype)
+                 for rank in range(1, world)]
+        self.platform, self.config = platform, config
+        self.workers = WorkerGroup(specs, platform.device)
+        self._finalizer = weakref.finalize(self, self.workers.shutdown)
+        try:
+            self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype,
+                                       structured_output)
+            self.workers.gather()  # every rank has built its shard
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
+        try:
+            return self.runner.execute(scheduled)
+        except Exception:
+            self.workers.check()  # a dead worker explains a failed collective better than gloo does
+            raise
+
+    def bytes_per_block(self) -> int:
+        return self.runner.bytes_per_block()  # every rank holds the same number of KV heads
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        self.workers.call("allocate_kv_cache", num_blocks)
+        self.runner.allocate_kv_cache(num_blocks)
+        self.workers.gather()
+
+    def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
+        """Rank 0's peak, raised by how far the tightest rank's KV budget falls short of rank 0's.
+
+        The engine turns this peak into rank 0's budget, which then equals the smallest
+        budget of all ranks: every rank can hold the block count rank 0 picks from it.
+        """
+        args = (num_tokens, max_model_len, max_num_seqs)
+        self.workers.call("kv_cache_budget", *args)
+        peak = 0
+
+        def profile() -> int:
+            nonlocal peak
+            peak = self.runner.profile_peak_bytes(*args)
+            return peak
+
+        own = self.platform.kv_cache_budget(profile, self.config)
+        budgets = self.workers.gather()
+        return peak + own - min(own, *budgets)
+
+    def shutdown(self) -> None:
+        self._finalizer()
+
+
+def _check_device_count(device: torch.device, world: int) -> None:
+    if device.type == "cpu":
+        return
+    count = torch.get_device_module(device.type).device_count()
+    if count < world:
+        raise ValueError(f"tensor_parallel_size={world} needs {world} {device.type} devices "
+                         f"(one per rank); {count} are visible")

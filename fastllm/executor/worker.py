@@ -1,0 +1,104 @@
+"""A tensor-parallel worker process: one rank's model shard, driven by rank 0 over a pipe.
+
+A worker never schedules or samples. It mirrors the runner calls that contain collectives
+(``forward``, ``compute_logits``) plus the set-up calls (KV budget, KV allocation), in the
+order rank 0 makes them; its logits are thrown away, since rank 0 samples for everyone.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Optional
+
+import torch
+
+from fastllm import registry
+from fastllm.config import EngineConfig
+from fastllm.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
+from fastllm.engine.model_runner import ModelRunner
+from fastllm.executor.step_wire import Wire, decode_forward
+
+SHUTDOWN = "shutdown"
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a spawned rank needs to build the runner rank 0 builds (all picklable)."""
+
+    rank: int
+    world_size: int
+    init_method: str
+    backend: str
+    platform_name: str
+    device_type: str
+    config: EngineConfig
+    hf_config: Any
+    loader: Any
+    dtype: torch.dtype
+
+
+class Worker:
+    """The calls rank 0 makes on a worker, by name; each matches one rank 0 makes on itself."""
+
+    def __init__(self, spec: WorkerSpec):
+        if spec.device_type != "cpu":
+            torch.get_device_module(spec.device_type).set_device(spec.rank)  # rank r uses device r
+        self.platform = registry.get("platforms", spec.platform_name)()
+        self.config = spec.config
+        init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device)
+        self.runner = ModelRunner(spec.config, spec.hf_config, self.platform, spec.loader, spec.dtype)
+        self.hidden: Optional[torch.Tensor] = None
+
+    def forward(self, wire: Wire) -> None:
+        self.hidden = self.runner.forward(*decode_forward(wire, self.runner.device))
+
+    def compute_logits(self, rows: list[int] | slice) -> None:
+        self.runner.compute_logits(self.hidden, rows)
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        self.runner.allocate_kv_cache(num_blocks)
+
+    def kv_cache_budget(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
+        """This rank's KV budget, profiled in step with rank 0's profile (it has collectives)."""
+        return self.platform.kv_cache_budget(
+            lambda: self.runner.profile_peak_bytes(num_tokens, max_model_len, max_num_seqs), self.config)
+
+
+def run_worker(spec: WorkerSpec, conn: Connection) -> None:
+    """Process entry point: report in, build the shard, then serve calls until told to stop.
+
+    Replies are ``("ok", value)`` or ``("error", traceback)``; an error ends the process. The
+    first reply comes before joining the process group (the imports worked), the second
+    once the shard is built.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to rank 0, which shuts workers down
+    try:
+        conn.send(("ok", None))
+        worker = Worker(spec)
+        conn.send(("ok", None))
+        with torch.inference_mode():
+            while True:
+                method, args, wants_reply = pickle.loads(conn.recv_bytes())
+                if method == SHUTDOWN:
+                    break
+                result = getattr(worker, method)(*args)
+                if wants_reply:
+                    conn.send(("ok", result))
+    except EOFError:
+        pass  # rank 0 has gone: nobody is left to drive this rank
+    except BaseException:
+        _report(conn, traceback.format_exc())
+        raise SystemExit(1)
+    finally:
+        destroy_tensor_parallel()
+
+
+def _report(conn: Connection, error: str) -> None:
+    try:
+        conn.send(("error", error))
+    except OSError:
+        pass  # rank 0 closed its end; its own watch reports this rank's exit

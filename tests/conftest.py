@@ -1,0 +1,56 @@
+"""Shared fixtures: the embedded SmolLM2, HF reference outputs, and tiny random models."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from fastllm.model_loader.resolve import embedded_model_path
+
+TINY_LLAMA = dict(
+    architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=256, hidden_size=64,
+    intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+    bos_token_id=1, eos_token_id=2,
+)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    return embedded_model_path()
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2_path):
+    """HF transformers' own model on the same GGUF weights: the reference for greedy output."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.dirname(smollm2_path), os.path.basename(smollm2_path)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def smollm2_llm(smollm2_path):
+    """One engine for the tests that do not need special engine settings."""
+    from fastllm import LLM
+
+    return LLM(smollm2_path, max_model_len=1024, num_gpu_blocks_override=96, max_num_seqs=32)
+
+
+def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=2)
+    return out[0, len(prompt_ids):].tolist()
+
+
+@pytest.fixture
+def tiny_llama_dir(tmp_path) -> str:
+    """A config-only directory for a 2-layer random Llama (dummy weights, token-id prompts)."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return str(tmp_path)

@@ -1,0 +1,59 @@
+"""Scheduler: shared token budget, chunked prefill, max_num_seqs, preemption by recompute."""
+
+from __future__ import annotations
+
+from fastllm.engine.kv_cache_manager import KVCacheManager
+from fastllm.engine.scheduler import Scheduler
+from fastllm.engine.sequence import Sequence, SequenceStatus
+from fastllm.sampling_params import SamplingParams
+
+
+def _seq(n: int, request_id: str = "r") -> Sequence:
+    return Sequence(request_id, 0, list(range(3, 3 + n)), SamplingParams(), frozenset({2}), 4096)
+
+
+def _run_step(scheduler: Scheduler, token: int = 7) -> None:
+    out = scheduler.schedule()
+    scheduler.update(out.scheduled)
+    for item in out.scheduled:
+        if item.samples:
+            item.seq.append_token(token)
+
+
+def test_chunked_prefill_respects_budget():
+    scheduler = Scheduler(KVCacheManager(64, 4, False), max_num_seqs=8, max_num_batched_tokens=10)
+    a, b = _seq(25, "a"), _seq(3, "b")
+    scheduler.add(a)
+    scheduler.add(b)
+    out = scheduler.schedule()
+    assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled] == [("a", 10)]
+    assert not out.scheduled[0].samples
+    scheduler.update(out.scheduled)
+    out = scheduler.schedule()
+    assert out.num_tokens == 10
+    scheduler.update(out.scheduled)
+    out = scheduler.schedule()
+    assert [(s.seq.request_id, s.num_new_tokens) for s in out.scheduled] == [("a", 5), ("b", 3)]
+    assert all(s.samples for s in out.scheduled)
+
+
+def test_max_num_seqs_caps_running():
+    scheduler = Scheduler(KVCacheManager(64, 4, False), max_num_seqs=2, max_num_batched_tokens=100)
+    for i in range(4):
+        scheduler.add(_seq(4, str(i)))
+    out = scheduler.schedule()
+    assert len(out.scheduled) == 2 and len(scheduler.waiting) == 2
+
+
+def test_preemption_frees_blocks_and_requeues_newest():
+    kv = KVCacheManager(num_blocks=5, block_size=4, enable_prefix_caching=False)  # 4 usable blocks
+    scheduler = Scheduler(kv, max_num_seqs=4, max_num_batched_tokens=64)
+    old, new = _seq(8, "old"), _seq(8, "new")
+    scheduler.add(old)
+    scheduler.add(new)
+    _run_step(scheduler)  # both prefilled, 2 blocks each, 0 free
+    out = scheduler.schedule()  # old needs a 3rd block: new is preempted
+    assert [s.request_id for s in out.preempted] == ["new"]
+    assert new.status is SequenceStatus.WAITING and new.num_computed_tokens == 0
+    assert scheduler.waiting[0] is new and scheduler.num_preemptions == 1
+    assert [s.seq.request_id for s in out.scheduled] == ["old"]

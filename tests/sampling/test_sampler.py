@@ -1,0 +1,83 @@
+"""Sampler units on small vocabularies: truncation sets, exact distributions, penalties."""
+
+from __future__ import annotations
+
+import torch
+
+from fastllm.engine.sequence import Sequence
+from fastllm.sampling.batch import SamplingBatch, SamplingRow
+from fastllm.sampling.logits_processors import apply_logit_edits
+from fastllm.sampling.sampler import Sampler, mask_top_k_top_p_min_p
+from fastllm.sampling_params import SamplingParams
+
+
+def _batch(params: list[SamplingParams], outputs: list[list[int]] | None = None, prompt=(5, 6)) -> SamplingBatch:
+    rows = []
+    for i, p in enumerate(params):
+        seq = Sequence("r", 0, list(prompt), p, frozenset({0}), 100)
+        out = (outputs or [[]] * len(params))[i]
+        seq.output_token_ids = list(out)
+        rows.append(SamplingRow(seq, list(out)))
+    return SamplingBatch.build(rows, torch.device("cpu"))
+
+
+def test_top_k_top_p_min_p_sets():
+    logits = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]] * 3))
+    batch = _batch([SamplingParams(top_k=2), SamplingParams(top_p=0.8), SamplingParams(min_p=0.25)])
+    kept = torch.isfinite(mask_top_k_top_p_min_p(logits, batch))
+    assert kept[0].tolist() == [True, True, False, False, False]
+    assert kept[1].tolist() == [True, True, True, False, False]  # 0.5+0.2 < 0.8 <= 0.85
+    assert kept[2].tolist() == [True, True, True, False, False]  # >= 0.25 * 0.5
+
+
+def test_sampling_matches_target_distribution():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 8) * 2
+    params = SamplingParams(temperature=0.7, top_p=0.9, top_k=6)
+    batch = _batch([params])
+    target = mask_top_k_top_p_min_p(logits / 0.7, batch).softmax(-1)[0]
+    sampler = Sampler()
+    draws = 20000
+    counts = torch.zeros(8)
+    big = _batch([params] * draws)
+    dist = sampler.distribution(logits.repeat(draws, 1), big)
+    for token in sampler.sample(dist, big).tolist():
+        counts[token] += 1
+    tv = 0.5 * (counts / draws - target).abs().sum().item()
+    assert tv < 0.02, f"total variation {tv:.4f} between sampled and target distribution"
+    assert counts[target == 0].sum() == 0
+
+
+def test_seeded_rows_do_not_depend_on_the_batch():
+    sampler = Sampler()
+    logits = torch.randn(3, 50)
+    alone = _batch([SamplingParams(temperature=1.0, seed=7)])
+    alone.rows[0].seq.generator = torch.Generator().manual_seed(7)
+    mixed = _batch([SamplingParams(temperature=1.0), SamplingParams(temperature=1.0, seed=7), SamplingParams()])
+    mixed.rows[1].seq.generator = torch.Generator().manual_seed(7)
+    a = sampler.sample(sampler.distribution(logits[1:2].clone(), alone), alone)
+    b = sampler.sample(sampler.distribution(logits.clone(), mixed), mixed)
+    assert a.item() == b[1].item()
+
+
+def test_penalties_match_reference_formulas():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0, 1.0]])
+    params = SamplingParams(repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.25)
+    out = apply_logit_edits(logits.clone(), _batch([params], [[3, 3, 4]], prompt=(0, 1)))
+    expected = logits.clone()[0]
+    for t in {0, 1, 3, 4}:  # prompt + output: HF repetition penalty
+        expected[t] = expected[t] / 1.5 if expected[t] > 0 else expected[t] * 1.5
+    expected[3] -= 0.25 * 2 + 0.5
+    expected[4] -= 0.25 * 1 + 0.5
+    torch.testing.assert_close(out[0], expected)
+
+
+def test_min_tokens_bias_and_bad_words():
+    logits = torch.zeros(1, 10)
+    params = SamplingParams(min_tokens=3, stop_token_ids=[5], logit_bias={7: 4.0})
+    batch = _batch([params], [[1]])
+    batch.rows[0].seq.bad_words_token_ids = [[8], [1, 9]]
+    out = apply_logit_edits(logits, batch)[0]
+    assert out[0] == float("-inf") and out[5] == float("-inf")  # eos and stop id before min_tokens
+    assert out[7] == 4.0
+    assert out[8] == float("-inf") and out[9] == float("-inf")  # [1, 9]: 1 was just generated

@@ -1,0 +1,43 @@
+"""A third-party plugin installed with pip is discovered through its entry point and used."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import TINY_LLAMA
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fastllm-plugin-example"
+
+SCRIPT = """
+import json, sys
+from fastllm import LLM, SamplingParams, registry
+from fastllm_plugin_example.model import SoftCapLlamaForCausalLM
+entry = registry.entries("models")["SoftCapLlamaForCausalLM"]
+llm = LLM(sys.argv[1], load_format="dummy", num_gpu_blocks_override=16, block_size=16)
+out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0]
+print(json.dumps({"distribution": entry.distribution, "instances": SoftCapLlamaForCausalLM.instances,
+                  "tokens": out.outputs.token_ids}))
+"""
+
+
+def test_installed_plugin_model_is_used(tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(EXAMPLE)], check=True)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({**TINY_LLAMA, "architectures": ["SoftCapLlamaForCausalLM"]}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", SCRIPT, str(model_dir)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["distribution"].startswith("fastllm-plugin-example")
+    assert result["instances"] == 1 and len(result["tokens"]) == 4
+    listing = subprocess.run([sys.executable, "-m", "fastllm.entrypoints.cli.main", "plugins"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert "SoftCapLlamaForCausalLM" in listing.stdout and "fastllm-plugin-example" in listing.stdout
