@@ -11,7 +11,8 @@ Logprobs = dict[int, float]
 
 @dataclass
 class RequestMetrics:
-    """Wall-clock timestamps (time.time()) and durations in seconds of one request."""
+    """Wall-clock timestamps (time.time()) and durations in seconds of one request, and its
+    speculative-decoding counts."""
 
     arrival_time: float
     inference_start_time: Optional[float] = None
@@ -20,6 +21,15 @@ class RequestMetrics:
     model_forward_time: float = 0.0
     model_execute_time: float = 0.0
     finished_time: Optional[float] = None
+    # Speculative decoding: drafts verified, drafts accepted, and the steps that verified any.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_spec_steps: int = 0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per verification step: its accepted drafts plus the one every step yields."""
+        return 1.0 + self.num_accepted_tokens / self.num_spec_steps if self.num_spec_steps else 1.0
 
 
 @dataclass

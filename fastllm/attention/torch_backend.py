@@ -14,14 +14,35 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     valid = slot_mapping >= 0
     if not bool(valid.all()):
         key, value, slot_mapping = key[valid], value[valid], slot_mapping[valid]
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+    for x, cache in ((key, k_cache), (value, v_cache)):
+        x = x.to(cache.dtype) if not _is_fp8(cache) else _saturate(x, cache.dtype)
+        _bytes_if_fp8(cache.view(-1, *cache.shape[2:])).index_copy_(0, slot_mapping, _bytes_if_fp8(x))
+
+
+def gather_blocks(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """``cache[blocks]`` for any cache dtype (fp8 blocks are gathered as bytes)."""
+    return _bytes_if_fp8(cache)[blocks].view(cache.dtype)
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """The first ``length`` tokens of one sequence as ``[length, KVH, D]``."""
     num_blocks = -(-length // cache.shape[1])
-    return cache[block_table[:num_blocks].long()].flatten(0, 1)[:length]
+    return gather_blocks(cache, block_table[:num_blocks].long()).flatten(0, 1)[:length]
+
+
+# fp8 caches (kv_cache_dtype="fp8*"): values are stored unscaled, clamped to the format's range
+# (a plain cast overflows to NaN on some devices); index kernels lack fp8, so fp8 moves as bytes.
+def _is_fp8(t: torch.Tensor) -> bool:
+    return t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _saturate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    limit = torch.finfo(dtype).max
+    return x.clamp(-limit, limit).to(dtype)
+
+
+def _bytes_if_fp8(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if _is_fp8(t) else t
 
 
 class TorchAttentionBackend:
@@ -56,8 +77,8 @@ class TorchAttentionBackend:
         max_len = max(meta.seq_lens_cpu[:nd])
         block_size = k_cache.shape[1]
         tables = meta.block_tables[:nd, : -(-max_len // block_size)].long()
-        k = k_cache[tables].flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
-        v = v_cache[tables].flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
+        k = gather_blocks(k_cache, tables).flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
+        v = gather_blocks(v_cache, tables).flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
         lens = meta.seq_lens[:nd].to(query.device)
         mask = torch.arange(max_len, device=query.device)[None, :] < lens[:, None]
         o = F.scaled_dot_product_attention(query.unsqueeze(2), k, v, attn_mask=mask[:, None, None, :],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import time
@@ -175,6 +176,7 @@ def save_result(args: argparse.Namespace, model: str, summary: dict[str, Any], r
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would bury the table
     tokenizer = load_tokenizer(args.model_path or embedded_model_path(), args.tokenizer)
     requests, prompts = build_requests(args, tokenizer)
     model, results, duration = asyncio.run(run_load(args, requests, prompts))
@@ -205,7 +207,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--random-range-ratio", type=float, default=0.0)
     parser.add_argument("--sharegpt-output-len", type=int, default=None)
     parser.add_argument("--max-model-len", type=int, default=2048, help="skip ShareGPT pairs longer than this")
-    parser.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (Poisson); inf: all at once")
+    parser.add_argument("--request-rate", type=float, default=float("inf"),
+                        help="requests/s, Poisson arrivals; inf sends all at once")
     parser.add_argument("--max-concurrency", type=int, default=None)
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")

@@ -91,6 +91,8 @@ class AsyncLLM:
         self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}
         self._stopping = False
+        self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
+        self._lock = threading.Lock()
         self._spec_retired = (0, 0)
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
@@ -105,11 +107,12 @@ class AsyncLLM:
                        params: SamplingParams,
                        chat_template_kwargs: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's latest output until it finishes; raises RequestError for bad input."""
-        if self.dead_error is not None or self._stopping:
-            raise EngineDeadError("the engine is not running")
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
-        self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                             chat_template_kwargs, stream))
+        with self._lock:
+            if self._closed or self._stopping or self.dead_error is not None:
+                raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
+            self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
+                                 chat_template_kwargs, stream))
         finished = False
         try:
             while not finished:
@@ -144,14 +147,22 @@ class AsyncLLM:
         try:
             while not (self._stopping and not self.engine.has_unfinished_requests()):
                 self._drain_inbox(block=not self.engine.has_unfinished_requests())
+                self._publish_stats()
                 if self.engine.has_unfinished_requests():
                     self._step()
-                self._publish_stats()
+                    self._publish_stats()
         except Exception as exc:  # a failed step leaves the engine in an unknown state
             logger.exception("engine loop failed; failing every in-flight request")
             self.dead_error = EngineDeadError(f"engine loop failed: {exc!r}")
+        with self._lock:  # from here on nothing new gets in, so what is queued now is all that is left
+            self._closed = True
+        error = self.dead_error or EngineDeadError("the engine shut down")
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if isinstance(item, _Add):
+                item.stream.put(error)
         for stream in self._streams.values():
-            stream.put(self.dead_error or EngineDeadError("the engine shut down"))
+            stream.put(error)
         self._streams.clear()
 
     def _drain_inbox(self, block: bool) -> None:

@@ -197,11 +197,6 @@ class LLMEngine:
         seq = item.seq
         sample = state.samples[seq.index]
         seq.draft_token_ids = []
-        if self.speculator is not None and result.new_token_ids:
-            self.speculator.on_step(seq, item.num_draft_tokens, result.num_accepted_drafts)
-            state.num_draft_tokens += item.num_draft_tokens
-            state.num_accepted_tokens += result.num_accepted_drafts
-        accepted = []
         for token, logprob, top in zip(result.new_token_ids, result.token_logprobs, result.logprobs):
             seq.append_token(token)
             seq.cumulative_logprob += logprob
@@ -209,14 +204,18 @@ class LLMEngine:
                 seq.output_logprobs.append(top)
             if seq.structured_state is not None:
                 seq.structured_state.accept_token(token)
-            accepted.append(token)
             seq.check_stop()
             if not seq.is_finished and seq.structured_state is not None and seq.structured_state.is_terminated():
                 seq.finish("stop")
+            state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
             if seq.is_finished:
                 break
-        if accepted:
-            state.on_tokens(sample, accepted)
+        if self.speculator is not None and result.new_token_ids:
+            metrics = state.metrics
+            metrics.num_draft_tokens += item.num_draft_tokens
+            metrics.num_accepted_tokens += result.num_accepted_drafts
+            metrics.num_spec_steps += item.num_draft_tokens > 0
+            self.speculator.on_step(seq, item.num_draft_tokens, result.num_accepted_drafts)
         if seq.is_finished:
             self._release(seq)
 

@@ -20,7 +20,7 @@ from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
 from fastllm.sampling_params import SamplingParams
 from fastllm.sampling.sampler import Sampler, top_logprobs
-from fastllm.spec_decode.verify import verify_drafts
+from fastllm.spec_decode.verify import DraftGroup, verify_drafts
 
 logger = logging.getLogger(__name__)
 PROMPT_LOGPROB_CHUNK = 256
@@ -124,16 +124,15 @@ class ModelRunner:
         logits = self.compute_logits(hidden, row_index)
         batch = SamplingBatch.build(rows, logits.device)
         dist = self.sampler.distribution(logits, batch, self.structured_output)
-        any_drafts = any(item.num_draft_tokens for item, _ in owners)
-        sampled = None if any_drafts else self.sampler.sample(dist, batch).tolist()
+        if any(item.num_draft_tokens for item, _ in owners):
+            verified = verify_drafts(dist.probs, dist.greedy_tokens, [
+                DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
+                           item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])
+        else:
+            verified = [[token] for token in self.sampler.sample(dist, batch).tolist()]
         all_tokens: list[int] = []
-        for item, start in owners:
+        for (item, start), tokens in zip(owners, verified):
             drafts = item.seq.draft_token_ids[: item.num_draft_tokens]
-            if sampled is not None:
-                tokens = [sampled[start]]
-            else:
-                probs = dist.probs[start:start + len(drafts) + 1]
-                tokens = verify_drafts(probs, drafts, item.seq.sampling_params.greedy, item.seq.generator)
             result = results[item.seq.seq_id]
             result.new_token_ids = tokens
             result.num_accepted_drafts = len(tokens) - 1

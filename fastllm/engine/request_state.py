@@ -46,11 +46,17 @@ class RequestState:
     prompt_token_ids: list[int]
     samples: list[SampleState]
     metrics: RequestMetrics
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
     error_code: int = 200
     error_msg: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return self.metrics.num_draft_tokens
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return self.metrics.num_accepted_tokens
 
     @property
     def finished(self) -> bool:

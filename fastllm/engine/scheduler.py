@@ -73,6 +73,9 @@ class Scheduler:
                 wanted = seq.num_tokens + drafts - seq.num_computed_tokens
             num_new = min(wanted, budget)
             while not self.kv_cache.allocate(seq, num_new):
+                if drafts:  # drafts never cost another sequence its cache: drop them first
+                    seq.draft_token_ids, num_new, wanted, drafts = [], num_new - drafts, wanted - drafts, 0
+                    continue
                 victim = queue.pop() if queue else seq
                 self._preempt(victim)
                 out.preempted.append(victim)

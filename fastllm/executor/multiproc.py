@@ -48,6 +48,7 @@ class MultiprocExecutor:
     def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
                  dtype: torch.dtype, structured_output: Any = None):
         world = config.tensor_parallel_size
+        _check_heads(hf_config, world)
         _check_device_count(platform.device, world)
         init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         specs = [WorkerSpec(rank, world, init_method, platform.dist_backend, platform.name,
@@ -75,7 +76,7 @@ class MultiprocExecutor:
         return self.runner.bytes_per_block()  # every rank holds the same number of KV heads
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        self.workers.call("allocate_kv_cache", num_blocks)
+        self.workers.request("allocate_kv_cache", num_blocks)
         self.runner.allocate_kv_cache(num_blocks)
         self.workers.gather()
 
@@ -86,7 +87,7 @@ class MultiprocExecutor:
         budget of all ranks: every rank can hold the block count rank 0 picks from it.
         """
         args = (num_tokens, max_model_len, max_num_seqs)
-        self.workers.call("kv_cache_budget", *args)
+        self.workers.request("kv_cache_budget", *args)
         peak = 0
 
         def profile() -> int:
@@ -100,6 +101,15 @@ class MultiprocExecutor:
 
     def shutdown(self) -> None:
         self._finalizer()
+
+
+def _check_heads(hf_config: Any, world: int) -> None:
+    """Fail before spawning anything; the layers check every split again as they are built."""
+    for field in ("num_attention_heads", "num_key_value_heads"):
+        count = getattr(hf_config, field, None)
+        if count and count % world:
+            raise ValueError(f"{count} {field.replace('num_', '').replace('_', ' ')} cannot be split "
+                             f"over tensor_parallel_size={world}")
 
 
 def _check_device_count(device: torch.device, world: int) -> None:

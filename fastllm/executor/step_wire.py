@@ -1,7 +1,7 @@
 """One forward step as plain lists: what rank 0 sends its workers instead of Sequence objects.
 
 Lists of ints pickle about 30x faster than small torch tensors (whose pickling goes through
-torch.save), and carry no device, so each worker rebuilds the tensors on its own GPU.
+torch.save) and carry no device, so each worker rebuilds the tensors on its own GPU.
 """
 
 from __future__ import annotations

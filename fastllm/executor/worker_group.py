@@ -40,6 +40,7 @@ class WorkerGroup:
         self.error: Optional[str] = None
         self.closed = False
         self._lock = threading.Lock()
+        self._threads = torch.get_num_threads()  # rank 0 takes a share of the cores while the group lives
         try:
             for spec in specs:
                 ours, theirs = ctx.Pipe()
@@ -62,9 +63,9 @@ class WorkerGroup:
         """Have every worker run ``Worker.<method>(*args)``; returns without waiting."""
         self._send(pickle.dumps((method, args, False), protocol=pickle.HIGHEST_PROTOCOL))
 
-    def call_and_gather(self, method: str, *args: Any) -> list[Any]:
+    def request(self, method: str, *args: Any) -> None:
+        """Like ``call``, but each worker replies: collect the replies with ``gather``."""
         self._send(pickle.dumps((method, args, True), protocol=pickle.HIGHEST_PROTOCOL))
-        return self.gather()
 
     def gather(self) -> list[Any]:
         """One reply from each worker, in rank order; raises WorkerError if one failed instead."""
@@ -113,6 +114,7 @@ class WorkerGroup:
             if self.closed:
                 return
             dead = next(proc for proc in self.procs if proc.sentinel in ready)
+            dead.join(JOIN_TIMEOUT_S)  # reap it, so that its exit code is known
             logger.error("tensor-parallel worker %s exited with code %s", dead.name, dead.exitcode)
             self.error = self.error or f"{dead.name} exited with code {dead.exitcode}"
             abort_tensor_parallel()
@@ -137,3 +139,4 @@ class WorkerGroup:
         for conn in self.conns:
             conn.close()
         destroy_tensor_parallel()
+        torch.set_num_threads(self._threads)

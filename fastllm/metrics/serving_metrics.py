@@ -14,6 +14,7 @@ from fastllm.outputs import RequestOutput
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 TOKEN_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5)
 N_BUCKETS = (1, 2, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort")
 
 
 def token_buckets(max_model_len: int) -> list[int]:
@@ -46,6 +47,8 @@ class ServingMetrics:
         self.success = Counter("fastllm:request_success_total",
                                "Count of finished engine requests, by finish reason.", ["finished_reason"],
                                registry=registry)
+        for reason in FINISH_REASONS:  # exported at zero from the start, so dashboards see every series
+            self.success.labels(finished_reason=reason)
         self.e2e_latency = Histogram("fastllm:e2e_request_latency_seconds", "End to end request latency in seconds.",
                                      buckets=LATENCY_BUCKETS, registry=registry)
         self.infer_duration = Histogram("fastllm:inference_compute_infer_duration",

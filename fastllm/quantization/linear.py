@@ -89,6 +89,14 @@ class QuantizedLinear(nn.Module, ABC):
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         """Copy one checkpoint tensor (one shard of a fused layer) into ``param``."""
         name = self.param_name(param)
+        try:
+            self._load(name, param, loaded, shard_id)
+        except (RuntimeError, IndexError) as exc:
+            raise CheckpointLayoutError(f"{name} (shard {shard_id!r}, checkpoint shape {tuple(loaded.shape)}) "
+                                        f"does not fit {type(self).__name__}: {exc}") from exc
+        self.loaded_shards.setdefault(name, set()).add(shard_id)
+
+    def _load(self, name: str, param: nn.Parameter, loaded: torch.Tensor, shard_id: object) -> None:
         loaded = self.convert_loaded(name, loaded)
         if self.layouts[name] == "input":
             target = param.data
@@ -110,7 +118,6 @@ class QuantizedLinear(nn.Module, ABC):
                 f"{name} (shard {shard_id!r}) has shape {tuple(loaded.shape)} in the checkpoint; "
                 f"{type(self).__name__} expects {tuple(target.shape)}")
         target.copy_(loaded)
-        self.loaded_shards.setdefault(name, set()).add(shard_id)
 
     def convert_loaded(self, name: str, loaded: torch.Tensor) -> torch.Tensor:
         """One checkpoint tensor, whole, in this module's orientation (output rows first); identity here."""
@@ -123,10 +130,10 @@ class QuantizedLinear(nn.Module, ABC):
         """
         for name in sorted(self.required):
             got = self.loaded_shards.get(name, set())
-            wanted = {None} if self.layouts[name] == "input" else set(self.shard_slices)
-            if not got or (self.layouts[name] == "output" and got != wanted):
-                missing = "" if not got else f" (shards {sorted(map(str, wanted - got))})"
-                raise CheckpointLayoutError(f"{prefix}.{name} is missing from the checkpoint{missing}")
+            absent = set(self.shard_slices) - got if self.layouts[name] == "output" else set()
+            if not got or absent:
+                shards = f" (shards {sorted(map(str, absent))})" if got else ""
+                raise CheckpointLayoutError(f"{prefix}.{name} is missing from the checkpoint{shards}")
         return self
 
     # ---- forward ----------------------------------------------------------------------------
@@ -150,9 +157,9 @@ def replace_linear_layers(model: nn.Module, make: LayerFactory, kind: type = Lin
 
     ``make`` may return the module itself to leave it in place.
     """
-    targets = [(name, module) for name, module in model.named_modules() if isinstance(module, kind)]
-    for name, module in targets:
+    names = [name for name, module in model.named_modules() if isinstance(module, kind)]
+    for name in names:  # one layer at a time: each float weight is freed as soon as it is replaced
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, make(name, module))
-    return len(targets)
+        setattr(parent, child, make(name, getattr(parent, child)))
+    return len(names)

@@ -8,23 +8,36 @@ from fastllm.engine.sequence import Sequence
 
 
 class SpeculativeDecoder(Protocol):
-    """Built as ``cls(speculative_config: dict, engine_config)``.
+    """Built once per engine as ``cls(speculative_config: dict, engine_config)``.
 
-    Before each step the engine calls ``propose`` with the sequences that are decoding;
-    the decoder sets ``seq.draft_token_ids`` (at most ``max_drafts[i]`` tokens each). The
-    engine verifies drafts exactly and reports back through ``on_step``.
+    Before each step the engine calls ``propose`` with the sequences whose next step is a
+    decode; the decoder sets ``seq.draft_token_ids``. The step runs every draft of the
+    batch through the model in the same forward pass and keeps the longest run the target
+    model agrees with (``fastllm.spec_decode.verify``): greedy output is unchanged and
+    sampled output keeps its distribution, whatever the drafts. Rejected drafts cost
+    only their slots in that pass. ``seq.spec_state`` is free for the decoder's own state.
     """
 
-    def propose(self, seqs: list[Sequence], max_drafts: list[int]) -> None: ...
-
     def on_prompt(self, seq: Sequence) -> None:
-        """A new sequence arrived (its prompt can seed the proposer)."""
+        """A new sequence (each of a request's ``n`` samples) arrived; its prompt can seed the proposer."""
+        ...
+
+    def propose(self, seqs: list[Sequence], max_drafts: list[int]) -> None:
+        """Set at most ``max_drafts[i]`` (>= 1: the room before max_tokens / max_model_len) drafts
+        on ``seqs[i]``; leaving one unset proposes none. Sequences under a grammar never come here.
+        The scheduler may cut drafts that do not fit the step's token budget or the KV cache."""
         ...
 
     def on_step(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
-        """``seq`` just appended tokens; ``num_accepted`` of ``num_proposed`` drafts held."""
+        """``seq`` appended this step's tokens (``seq.output_token_ids`` is up to date), of which
+        ``num_accepted`` were drafts, out of ``num_proposed`` verified. Comes for every step that
+        yields tokens, the one that ends the prompt too, and before ``on_finished``."""
         ...
 
-    def on_finished(self, seq: Sequence) -> None: ...
+    def on_finished(self, seq: Sequence) -> None:
+        """``seq`` finished or was aborted; may come twice for an aborted request."""
+        ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """Engine-wide totals, at least ``num_draft_tokens`` and ``num_accepted_tokens``."""
+        ...

@@ -57,7 +57,7 @@ class RunningServer:
         self.thread.join(timeout=30)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
@@ -66,7 +66,7 @@ def _free_port() -> int:
 def start_server(engine: AsyncLLM, **config) -> RunningServer:
     config.setdefault("served_model_names", [MODEL])
     app = build_app(engine, ServerConfig(disable_log_requests=True, **config))
-    port = _free_port()
+    port = free_port()
     server = DrainingServer(uvicorn.Config(app, host=HOST, port=port, log_level="warning",
                                            timeout_graceful_shutdown=30), app.state.serving)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)

@@ -13,6 +13,7 @@ SUBCOMMANDS = (
     "fastllm.entrypoints.cli.plugins",
     "fastllm.entrypoints.cli.bench",
     "fastllm.entrypoints.cli.serve",
+    "fastllm.entrypoints.cli.quantize",
 )
 
 

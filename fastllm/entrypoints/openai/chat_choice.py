@@ -23,7 +23,7 @@ class ChoiceStream:
         self.reasoning_chars = 0
         self.content_chars = 0
         self.required_text = ""
-        self.num_tool_calls = 0
+        self.num_tool_call_parts = 0
         self.finished = False
 
     def delta(self, completion: CompletionOutput) -> ChatMessage:
@@ -36,10 +36,12 @@ class ChoiceStream:
         if self.parser_stream is not None:
             content, tool_calls = self._parse(content)
         elif isinstance(self.tool_choice, NamedToolChoice) and content:
-            first = self.num_tool_calls == 0
-            tool_calls = [ToolCall(index=0, id=new_tool_call_id() if first else None, type="function" if first else None,
-                                   function=FunctionCall(name=self.tool_choice.function.name if first else None,
-                                                         arguments=content))]
+            if self.num_tool_call_parts == 0:  # the first delta names the call, later ones only extend arguments
+                call = ToolCall(index=0, id=new_tool_call_id(),
+                                function=FunctionCall(name=self.tool_choice.function.name, arguments=content))
+            else:
+                call = ToolCall(index=0, type=None, function=FunctionCall(arguments=content))
+            tool_calls = [call]
             content = ""
         elif self.tool_choice == "required":
             self.required_text += content
@@ -47,7 +49,7 @@ class ChoiceStream:
             if self.finished:
                 calls = required_tool_calls(self.required_text)
                 content, tool_calls = ("", calls) if calls else (self.required_text, [])
-        self.num_tool_calls += len(tool_calls)
+        self.num_tool_call_parts += len(tool_calls)
         return ChatMessage(reasoning_content=reasoning or None, content=content or None,
                            tool_calls=tool_calls or None)
 
@@ -67,7 +69,7 @@ class ChoiceStream:
         """OpenAI says ``tool_calls`` when the model chose to call (auto, required), ``stop`` for a named call."""
         if completion.finish_reason is None:
             return None
-        if self.num_tool_calls and not isinstance(self.tool_choice, NamedToolChoice):
+        if self.num_tool_call_parts and not isinstance(self.tool_choice, NamedToolChoice):
             return "tool_calls"
         return completion.finish_reason
 

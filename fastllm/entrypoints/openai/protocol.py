@@ -8,7 +8,7 @@ with a 400 as well. Unknown fields are ignored, as OpenAI-compatible servers do.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,7 +126,7 @@ class SamplingRequest(OpenAIModel):
 
     def sampling_params(self, max_tokens: Optional[int], logprobs: Optional[int] = None,
                         prompt_logprobs: Optional[int] = None, n: Optional[int] = None,
-                        extra_stop_token_ids: list[int] = ()) -> SamplingParams:
+                        extra_stop_token_ids: Sequence[int] = ()) -> SamplingParams:
         """Only the fields the client set, so SamplingParams' defaults stay the defaults."""
         given = {key: getattr(self, key) for key in (
             "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",

@@ -48,6 +48,9 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 class ChatServing:
+    """``auto`` tool choice is on with --enable-auto-tool-choice, or when the template matched from
+    MODEL_ID / CONV_TEMPLATE brings its own tool parser (what Angel-vLLM's automatic set-up does)."""
+
     def __init__(self, ctx: ServingContext):
         self.ctx = ctx
         config = ctx.engine.config
@@ -98,8 +101,7 @@ class ChatServing:
         return bool(request.tools) and request.effective_tool_choice == "auto" and self.tool_parser is not None
 
     def _choice_stream(self, request: ChatCompletionRequest) -> ChoiceStream:
-        return ChoiceStream(request.effective_tool_choice if request.tools else "none",
-                            self.tool_parser if self._parses_tools(request) else None)
+        return ChoiceStream(request.effective_tool_choice, self.tool_parser if self._parses_tools(request) else None)
 
     async def _create(self, request: ChatCompletionRequest, raw: Request) -> Response:
         ctx = self.ctx
@@ -113,7 +115,7 @@ class ChatServing:
         ctx.log_request(request_id, prompt, params)
         streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs)]
         if request.stream:
-            firsts = await start_all(streams)
+            firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),
                                      media_type="text/event-stream")
         final = (await cancel_on_disconnect(raw, collect(streams)))[0]

@@ -61,7 +61,7 @@ class CompletionServing:
         ctx.admit()
         if request.suffix:
             raise OpenAIError(400, "suffix is not supported", "suffix")
-        num_samples = max(request.best_of or request.n, request.n)
+        num_samples = request.best_of or request.n  # best_of >= n is validated
         if request.stream and num_samples > request.n:
             raise OpenAIError(400, "best_of > n cannot be streamed", "best_of")
         echo_logprobs = request.logprobs if request.echo else None
@@ -74,7 +74,7 @@ class CompletionServing:
             ctx.log_request(f"{request_id}-{index}", prompt, params)
             streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params))
         if request.stream:
-            firsts = await start_all(streams)
+            firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),
                                      media_type="text/event-stream")
         finals = await cancel_on_disconnect(raw, collect(streams))

@@ -1,0 +1,103 @@
+"""Batch-1 decode speed and offline throughput of each quantization method vs bf16, on CUDA.
+
+    python benchmarks/quant_decode.py --model llama-3-8b --load-format dummy --out quant_decode.json
+
+Each method gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens``
+generated tokens after the first, the offline run (``--throughput-methods``, default bf16 vs
+fp8) over ``--num-prompts`` random prompts. Prints a table and writes the numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+
+import torch
+
+from fastllm import LLM, SamplingParams
+from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.quantization import weight_bytes
+
+METHODS = ["bf16", "weight_only_int8", "fp8", "nf4", "weight_only_int4"]
+
+
+def build(args: argparse.Namespace, method: str, max_num_seqs: int) -> LLM:
+    return LLM(args.model, load_format=args.load_format, dtype="bfloat16", max_model_len=args.max_model_len,
+               max_num_seqs=max_num_seqs, quantization=None if method == "bf16" else method,
+               gpu_memory_utilization=0.85, attention_backend=args.attention_backend)
+
+
+def random_prompts(count: int, length: int, vocab: int, seed: int) -> list[dict]:
+    gen = torch.Generator().manual_seed(seed)
+    return [{"prompt_token_ids": torch.randint(10, vocab - 10, (length,), generator=gen).tolist()}
+            for _ in range(count)]
+
+
+def decode_tokens_per_s(llm: LLM, args: argparse.Namespace) -> float:
+    vocab = llm.engine.hf_config.vocab_size
+    params = SamplingParams(temperature=0.0, max_tokens=args.decode_tokens + 1, ignore_eos=True)
+    llm.generate(random_prompts(1, args.prompt_len, vocab, 0), params, use_tqdm=False)  # warm-up
+    output = llm.generate(random_prompts(1, args.prompt_len, vocab, 1), params, use_tqdm=False)[0]
+    m = output.metrics
+    return args.decode_tokens / (m.finished_time - m.first_token_time)
+
+
+def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
+    vocab = llm.engine.hf_config.vocab_size
+    prompts = random_prompts(args.num_prompts, args.input_len, vocab, 2)
+    params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True)
+    llm.generate(prompts[:4], params, use_tqdm=False)
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    out_tokens = sum(len(o.outputs.token_ids) for o in outputs)
+    return {"output_tokens_per_s": round(out_tokens / elapsed, 1),
+            "total_tokens_per_s": round((out_tokens + args.num_prompts * args.input_len) / elapsed, 1)}
+
+
+def measure(args: argparse.Namespace, method: str) -> dict:
+    """One engine's numbers; the engine is gone (and its GPU memory free) when this returns."""
+    llm = build(args, method, max_num_seqs=256)
+    row: dict = {"weight_gib": round(weight_bytes(engine_model(llm)) / 2**30, 2)}
+    if method in args.methods:
+        row["decode_tok_per_s_batch1"] = round(decode_tokens_per_s(llm, args), 1)
+    if method in args.throughput_methods:
+        row.update(throughput(llm, args))
+    llm.engine.runner.shutdown()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama-3-8b")
+    parser.add_argument("--load-format", default="dummy")
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--throughput-methods", nargs="*", default=["bf16", "fp8"])
+    parser.add_argument("--attention-backend", default=None, help="default: the platform's")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--num-prompts", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--out", default="quant_decode.json")
+    args = parser.parse_args()
+    results: dict[str, dict] = {}
+    for method in dict.fromkeys(args.methods + args.throughput_methods):
+        results[method] = measure(args, method)
+        gc.collect()
+        torch.cuda.empty_cache()
+        print(method, results[method], flush=True)
+    print(f"\n{'method':<18}{'weights GiB':>12}{'decode tok/s (bs=1)':>22}{'offline out tok/s':>20}"
+          f"{'offline total tok/s':>21}")
+    for method, row in results.items():
+        print(f"{method:<18}{row['weight_gib']:>12}{row.get('decode_tok_per_s_batch1', '-'):>22}"
+              f"{row.get('output_tokens_per_s', '-'):>20}{row.get('total_tokens_per_s', '-'):>21}")
+    with open(args.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "model": args.model, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Throughput with structured outputs vs without, on the same prompts and the same output lengths.
+
+The guided run goes first; its per-request output lengths then become the unguided runs'
+``max_tokens`` (with ``ignore_eos``), so every mode decodes the same tokens in the same batch
+shape and the difference is the grammar's cost alone: bitmask fill and apply, token accept.
+The mixed mode guides every other request, to show what a few grammars cost a batch.
+Process CPU time is printed beside wall time: on a shared CPU host it is the steadier measure.
+
+    python benchmarks/structured_output.py                      # SmolLM2 on CPU
+    python benchmarks/structured_output.py --model DIR --load-format dummy --num-prompts 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any, Callable
+
+from fastllm import LLM, SamplingParams
+from fastllm.model_loader.resolve import embedded_model_path
+
+SHORT = {"type": "string", "minLength": 1, "maxLength": 16}
+SPECS: list[tuple[str, dict[str, Any]]] = [
+    ("Describe a person.", {"json": {
+        "type": "object", "required": ["name", "age", "email", "hobbies"],
+        "properties": {"name": SHORT, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                       "email": {"type": "string", "pattern": "^[a-z]{1,10}@[a-z]{1,10}\\.com$"},
+                       "hobbies": {"type": "array", "items": SHORT, "minItems": 1, "maxItems": 4}}}}),
+    ("Write a shopping list.", {"json": {
+        "type": "object", "required": ["items"],
+        "properties": {"items": {"type": "array", "minItems": 2, "maxItems": 6, "items": {
+            "type": "object", "required": ["name", "qty", "urgent"],
+            "properties": {"name": SHORT, "qty": {"type": "integer", "minimum": 1, "maximum": 99},
+                           "urgent": {"type": "boolean"}}}}}}}),
+    ("Describe an event.", {"json": {
+        "type": "object", "required": ["title", "day", "kind", "guests"],
+        "properties": {"title": SHORT, "day": {"enum": ["mon", "tue", "wed", "thu", "fri"]},
+                       "kind": {"enum": ["party", "meeting", "trip"]},
+                       "guests": {"type": "array", "items": SHORT, "maxItems": 5}}}}),
+    ("Describe a cat as a JSON object.", {"json_object": True}),
+    ("Give a date and time.", {"regex": r"20[0-9]{2}-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]"}),
+]
+MODES = ("unguided", "mixed", "guided")
+
+
+def prompts_and_specs(num: int) -> tuple[list[str], list[dict[str, Any]]]:
+    prompts, specs = [], []
+    for i in range(num):
+        question, spec = SPECS[i % len(SPECS)]
+        prompts.append(f"<|im_start|>user\n{question} (#{i}) Answer in JSON.<|im_end|>\n<|im_start|>assistant\n")
+        specs.append(spec)
+    return prompts, specs
+
+
+def params_for(mode: str, specs: list[dict[str, Any]], lengths: list[int], max_tokens: int) -> list[SamplingParams]:
+    """Guided rows follow their spec; unguided rows are held to the guided run's lengths."""
+    params = []
+    for i, (spec, length) in enumerate(zip(specs, lengths)):
+        guided = mode == "guided" or (mode == "mixed" and i % 2 == 0)
+        params.append(SamplingParams(temperature=0.0, max_tokens=max_tokens, guided_decoding=spec) if guided
+                      else SamplingParams(temperature=0.0, max_tokens=length, ignore_eos=True))
+    return params
+
+
+class MaskTimer:
+    """Wraps the backend's ``apply_bitmask`` to add up the host time spent masking."""
+
+    def __init__(self, apply_bitmask: Callable[..., None]):
+        self.apply_bitmask, self.seconds, self.calls = apply_bitmask, 0.0, 0
+
+    def __call__(self, logits: Any, matchers: Any) -> None:
+        start = time.perf_counter()
+        self.apply_bitmask(logits, matchers)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+
+
+def compile_times(backend: Any, specs: list[dict[str, Any]]) -> tuple[float, float]:
+    """Mean ms of the first compile of each distinct spec, and of a cached one."""
+    from fastllm.sampling_params import GuidedDecodingParams
+
+    distinct = [GuidedDecodingParams(**spec) for _, spec in SPECS]
+    start = time.perf_counter()
+    for spec in distinct:
+        backend.compile(spec)
+    cold = (time.perf_counter() - start) / len(distinct)
+    start = time.perf_counter()
+    for spec in specs:
+        backend.compile(GuidedDecodingParams(**spec))
+    cached = (time.perf_counter() - start) / len(specs)
+    return cold * 1e3, cached * 1e3
+
+
+def run_mode(llm: LLM, mode: str, prompts: list[str], specs: list[dict[str, Any]], lengths: list[int],
+             max_tokens: int, timer: MaskTimer) -> dict[str, float]:
+    timer.seconds, timer.calls = 0.0, 0
+    start, start_cpu = time.perf_counter(), time.process_time()
+    outputs = llm.generate(prompts, params_for(mode, specs, lengths, max_tokens), use_tqdm=False)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    tokens = sum(len(out.outputs.token_ids) for out in outputs)
+    return {"elapsed_s": elapsed, "cpu_s": cpu, "output_tokens": tokens, "tokens_per_s": tokens / elapsed,
+            "mask_ms_per_step": 1e3 * timer.seconds / max(timer.calls, 1), "mask_share": timer.seconds / elapsed}
+
+
+def print_table(best: dict[str, dict[str, float]]) -> None:
+    """One row per mode; overheads are relative to the unguided run."""
+    base = best["unguided"]
+    print(f"{'mode':<10}{'tokens':>8}{'wall s':>9}{'tok/s':>9}{'overhead':>10}{'cpu s':>9}{'cpu overhead':>14}"
+          f"{'mask ms/step':>14}{'mask share':>12}")
+    for mode in MODES:
+        row = best[mode]
+        row["overhead_pct"] = 100.0 * (row["elapsed_s"] - base["elapsed_s"]) / base["elapsed_s"]
+        row["cpu_overhead_pct"] = 100.0 * (row["cpu_s"] - base["cpu_s"]) / base["cpu_s"]
+        print(f"{mode:<10}{row['output_tokens']:>8}{row['elapsed_s']:>9.2f}{row['tokens_per_s']:>9.1f}"
+              f"{row['overhead_pct']:>9.1f}%{row['cpu_s']:>9.2f}{row['cpu_overhead_pct']:>13.1f}%"
+              f"{row['mask_ms_per_step']:>14.3f}{100 * row['mask_share']:>11.1f}%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M GGUF")
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per mode, interleaved; the fastest counts")
+    parser.add_argument("--attention-backend", default=None, help="default: the platform's")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--num-gpu-blocks", type=int, default=None, help="KV blocks (default: profiled)")
+    parser.add_argument("--output-json", default="benchmarks/results/structured_output.json")
+    args = parser.parse_args()
+
+    model = args.model or embedded_model_path()
+    llm = LLM(model, load_format=args.load_format, max_model_len=args.max_model_len,
+              num_gpu_blocks_override=args.num_gpu_blocks, attention_backend=args.attention_backend)
+    backend = llm.engine.structured_output
+    prompts, specs = prompts_and_specs(args.num_prompts)
+    cold_ms, cached_ms = compile_times(backend, specs)
+    timer = MaskTimer(backend.apply_bitmask)
+    backend.apply_bitmask = timer
+
+    guided = llm.generate(prompts, params_for("guided", specs, [0] * len(specs), args.max_tokens), use_tqdm=False)
+    lengths = [len(out.outputs.token_ids) for out in guided]
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(args.repeats):
+        for mode in MODES:
+            row = run_mode(llm, mode, prompts, specs, lengths, args.max_tokens, timer)
+            if mode not in best or row["elapsed_s"] < best[mode]["elapsed_s"]:
+                best[mode] = row
+
+    device = llm.engine.platform.device.type
+    print(f"\nstructured outputs on {device}: {args.num_prompts} prompts, {sum(lengths)} output tokens, "
+          f"best of {args.repeats}; compile {cold_ms:.1f} ms cold, {cached_ms:.3f} ms cached (mean per spec)")
+    print_table(best)
+    if args.output_json:
+        os.makedirs(os.path.dirname(args.output_json) or ".", exist_ok=True)
+        with open(args.output_json, "w") as f:
+            json.dump({"device": device, "model": model, "num_prompts": args.num_prompts, "lengths": lengths,
+                       "compile_ms_cold": cold_ms, "compile_ms_cached": cached_ms, "modes": best}, f, indent=2)
+        print(f"results: {args.output_json}")
+
+
+if __name__ == "__main__":
+    main()

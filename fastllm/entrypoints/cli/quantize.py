@@ -1,0 +1,69 @@
+"""``fastllm quantize``: the seed's offline quantization tool.
+
+Loads a model (HF safetensors directory or GGUF file) through the engine, quantizes its
+linear layers with any registered method (calibrating first for methods that observe
+activations) and writes a directory that ``LLM(model=OUT)`` loads as is. The seed's
+single-dash spellings (``-quant_type``, ``-sq``, ``-token``) are accepted too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import torch
+
+from fastllm import registry
+from fastllm.llm import LLM
+from fastllm.quantization.calibration import calibration_prompts
+from fastllm.quantization.export import save_quantized
+from fastllm.quantization.loading import checkpoint_quantization
+from fastllm.sampling_params import SamplingParams
+
+logger = logging.getLogger("fastllm")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+CALIBRATION_CHUNK = 512
+
+
+def run(args: argparse.Namespace) -> int:
+    factory = registry.get("quantizers", args.quant_type)
+    quantizer = factory(None, **({"alpha": args.sq} if args.sq is not None else {}))
+    llm = LLM(model=args.input, max_model_len=CALIBRATION_CHUNK, num_gpu_blocks_override=CALIBRATION_CHUNK // 64 + 1,
+              max_num_seqs=1)
+    engine = llm.engine
+    if checkpoint_quantization(engine.hf_config) is not None:
+        raise SystemExit(f"{args.input} is already quantized; quantize its float original instead")
+
+    def calibrate() -> None:
+        prompts = calibration_prompts(engine.tokenizer, args.tokenids_path, CALIBRATION_CHUNK - 1)
+        llm.generate([{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1), use_tqdm=False)
+
+    model = engine_model(llm)
+    quantizer.quantize_model(model, calibrate)
+    save_quantized(model, engine.hf_config, engine.tokenizer, quantizer, args.output, DTYPES[args.dtype])
+    logger.info("wrote %s (%s, non-quantized tensors in %s)", args.output, quantizer.name, args.dtype)
+    return 0
+
+
+def engine_model(llm: LLM) -> torch.nn.Module:
+    """The model of a single-process engine (quantization happens in the process that holds it)."""
+    executor = llm.engine.runner
+    runner = getattr(executor, "runner", executor)
+    if not hasattr(runner, "model"):
+        raise SystemExit("fastllm quantize runs with tensor_parallel_size=1 only")
+    return runner.model
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("quantize", help="quantize a model offline into a loadable directory")
+    parser.add_argument("-i", "--input", required=True, help="HF safetensors directory or .gguf file")
+    parser.add_argument("-o", "--output", required=True, help="directory to write")
+    parser.add_argument("--quant-type", "-quant_type", "--quant_type", dest="quant_type", required=True,
+                        help="a registered quantizer: weight_only_int8, fp8, nf4, weight_only_int4, smooth_quant")
+    parser.add_argument("-t", "--dtype", choices=sorted(DTYPES), default="bf16",
+                        help="storage dtype of the tensors that stay unquantized (and of the scales)")
+    parser.add_argument("-sq", "--smooth-alpha", dest="sq", type=float, default=None,
+                        help="SmoothQuant migration strength in [0, 1] (default 0.8)")
+    parser.add_argument("--tokenids-path", "--tokenids_path", "-token", dest="tokenids_path", default=None,
+                        help="calibration token ids, whitespace separated (default: a built-in text)")
+    parser.set_defaults(func=run)

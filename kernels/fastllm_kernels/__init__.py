@@ -1,0 +1,21 @@
+"""Triton kernels for fastllm; each module pairs a kernel with the plain torch reference it
+is tested against."""
+
+from fastllm_kernels.activation import silu_and_mul
+from fastllm_kernels.decode_attention import paged_decode_attention
+from fastllm_kernels.extend_attention import paged_extend_attention
+from fastllm_kernels.kv_cache import write_kv_cache
+from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
+from fastllm_kernels.rotary import rotary_embedding
+from fastllm_kernels.sampling import sample_top_k_top_p
+
+__all__ = [
+    "fused_add_rms_norm",
+    "paged_decode_attention",
+    "paged_extend_attention",
+    "rms_norm",
+    "rotary_embedding",
+    "sample_top_k_top_p",
+    "silu_and_mul",
+    "write_kv_cache",
+]

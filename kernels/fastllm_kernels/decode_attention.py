@@ -1,0 +1,169 @@
+"""Paged decode attention: one query token per sequence, flash-decoding style.
+
+Decode is memory-bound: the cost is reading K and V once. So
+
+* one program serves all query heads of one kv head (GQA), K/V are read once per group and
+  the group (padded to 16 rows) goes through the tensor cores;
+* a sequence's context is split into ``num_splits`` equal, tile-aligned pieces handled by
+  separate programs, so a batch of a few long sequences still fills the GPU; a second,
+  tiny kernel merges the pieces through their log-sum-exp.
+
+The split length is derived per sequence from its own ``seq_len`` inside the kernel, so the
+grid depends only on shapes and the launch can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from fastllm_kernels.extend_attention import paged_extend_attention_ref
+
+_MAX_SPLITS = 64
+_MIN_TOKENS_PER_SPLIT = 256
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+    out_ptr, split_out_ptr, split_lse_ptr, scale_log2e,
+    stride_qb, stride_qh, stride_ob, stride_oh,
+    stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_kv_heads = tl.num_programs(1)
+
+    seq_len = tl.load(seq_lens_ptr + seq)
+    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+
+    rows = tl.arange(0, GROUP_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    heads = kv_head * GROUP + rows
+    row_mask = rows < GROUP
+    q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
+                mask=row_mask[:, None], other=0.0)
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_table
+    head_offset = kv_head * stride_cache_head
+    for n0 in range(start, end, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        col_mask = cols < end
+        block_id = tl.load(table + cols // BLOCK_SIZE, mask=col_mask, other=0).to(tl.int64)
+        token = block_id * stride_cache_block + (cols % BLOCK_SIZE) * stride_cache_token + head_offset
+        k = tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=col_mask[None, :], other=0.0)
+        s = tl.dot(q, k.to(q.dtype), input_precision=PRECISION) * scale_log2e
+        s = tl.where(col_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=col_mask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=PRECISION)
+        m_i = m_new
+
+    # An empty piece (short sequence, or seq_len 0) leaves l_i == 0: it writes zeros and lse -inf.
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if NUM_SPLITS == 1:
+        dst = out_ptr + seq * stride_ob + heads[:, None] * stride_oh + dims[None, :]
+        tl.store(dst, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+    else:
+        part = (seq * num_kv_heads * GROUP + heads) * NUM_SPLITS + split
+        tl.store(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], o, mask=row_mask[:, None])
+        tl.store(split_lse_ptr + part, m_i + tl.log2(l_safe), mask=row_mask)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    split_out_ptr, split_lse_ptr, out_ptr, stride_ob, stride_oh,
+    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    part = (seq * tl.num_programs(1) + head) * NUM_SPLITS + splits
+    lse = tl.load(split_lse_ptr + part, mask=splits < NUM_SPLITS, other=float("-inf"))
+    lse_max = tl.max(lse, 0)
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+    weight = tl.exp2(lse - lse_max)
+    o = tl.load(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :],
+                mask=(splits < NUM_SPLITS)[:, None], other=0.0)
+    total = tl.sum(weight, 0)
+    merged = tl.sum(o * weight[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty))
+
+
+def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
+    """Enough programs for about four per multiprocessor, but no piece under 256 tokens."""
+    num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    wanted = triton.cdiv(4 * num_sms, q.shape[0] * num_kv_heads)
+    return max(1, min(wanted, triton.cdiv(max_context, _MIN_TOKENS_PER_SPLIT), _MAX_SPLITS))
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                           out: Optional[torch.Tensor] = None, *,
+                           num_splits: Optional[int] = None) -> torch.Tensor:
+    """Attention of one query token per sequence over its paged context.
+
+    q ``[B, H, D]``; caches ``[num_blocks, block_size, KVH, D]``; ``block_tables`` int32
+    ``[B, max_blocks]``; ``seq_lens`` int32 ``[B]`` counts the context including this step's
+    token (already in the cache). ``num_splits`` overrides the context-splitting heuristic;
+    it fixes the grid, so keep it constant across CUDA-graph replays (the default depends only
+    on shapes and the device).
+    """
+    batch, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    assert q.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert num_heads % num_kv_heads == 0 and head_dim == triton.next_power_of_2(head_dim)
+    out = torch.empty_like(q) if out is None else out
+    if batch == 0:
+        return out
+    if num_splits is None:
+        num_splits = _default_num_splits(q, num_kv_heads, block_tables.shape[1] * block_size)
+    assert 1 <= num_splits <= _MAX_SPLITS
+    group = num_heads // num_kv_heads
+    split_out = split_lse = out  # placeholders: not read when num_splits == 1
+    if num_splits > 1:
+        split_out = q.new_empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32)
+        split_lse = q.new_empty((batch, num_heads, num_splits), dtype=torch.float32)
+    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, out, split_out, split_lse,
+        scale * math.log2(math.e),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, NUM_SPLITS=num_splits,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
+    )
+    if num_splits > 1:
+        _decode_merge_kernel[(batch, num_heads)](
+            split_out, split_lse, out, out.stride(0), out.stride(1),
+            NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+            HEAD_DIM=head_dim, num_warps=4,
+        )
+    return out
+
+
+def paged_decode_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                               block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                               scale: float) -> torch.Tensor:
+    """Decode is extend with one query token per sequence."""
+    query_start_loc = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=q.device)
+    return paged_extend_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc,
+                                      seq_lens, 1, scale)

@@ -1,0 +1,63 @@
+"""Scatter this step's keys and values into the paged KV cache.
+
+Cache layout: ``[num_blocks, block_size, num_kv_heads, head_dim]``, so one slot
+(``block_id * block_size + offset``) holds all kv heads of one token contiguously and a
+token is one contiguous copy. Negative slots are padding (CUDA-graph batches) and are skipped.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _write_kv_cache_kernel(
+    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
+    stride_kt, stride_kh, stride_vt, stride_vh, stride_cache_slot,
+    NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    token = tl.program_id(0)
+    slot = tl.load(slot_mapping_ptr + token)
+    heads = tl.arange(0, HEADS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    # slot broadcast to a vector first: the interpreter mishandles `tensor & scalar` masks.
+    mask = (heads < NUM_KV_HEADS)[:, None] & ((dims * 0 + slot) >= 0)[None, :]
+    src_k = key_ptr + token * stride_kt + heads[:, None] * stride_kh + dims[None, :]
+    src_v = value_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
+    dst = slot * stride_cache_slot + heads[:, None] * HEAD_DIM + dims[None, :]
+    k = tl.load(src_k, mask=mask)
+    v = tl.load(src_v, mask=mask)
+    tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Copy ``key``/``value`` ``[T, KVH, D]`` into their slots, in place; slot < 0 is skipped.
+
+    ``key`` and ``value`` may be strided views (e.g. slices of a fused QKV output) as long as
+    the head dimension is contiguous.
+    """
+    num_tokens, num_kv_heads, head_dim = key.shape
+    assert key.stride(-1) == 1 and value.stride(-1) == 1, "head_dim must be contiguous"
+    assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert k_cache.shape[2:] == (num_kv_heads, head_dim), "cache is [blocks, block_size, KVH, D]"
+    if num_tokens == 0:
+        return
+    _write_kv_cache_kernel[(num_tokens,)](
+        key, value, k_cache, v_cache, slot_mapping,
+        key.stride(0), key.stride(1), value.stride(0), value.stride(1), k_cache.stride(1),
+        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM=head_dim, num_warps=4,
+    )
+
+
+def write_kv_cache_ref(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Plain torch version of :func:`write_kv_cache`."""
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid]
+    k_cache.view(-1, *k_cache.shape[2:])[slots] = key[valid].to(k_cache.dtype)
+    v_cache.view(-1, *v_cache.shape[2:])[slots] = value[valid].to(v_cache.dtype)

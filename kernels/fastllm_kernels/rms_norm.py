@@ -1,0 +1,83 @@
+"""RMSNorm, alone and with the residual add fused in (one read of x and residual, one pass).
+
+Statistics are taken in float32. With a residual, the sum is rounded to the residual's dtype
+first and normalised from that rounded value, so ``out`` equals ``rms_norm(new_residual)``
+exactly, as in the unfused Hugging Face layers.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, residual_ptr, weight_ptr, out_ptr, new_residual_ptr, eps,
+    stride_x, stride_residual, stride_out, stride_new_residual, hidden,
+    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < hidden
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        x += tl.load(residual_ptr + row * stride_residual + cols, mask=mask, other=0.0).to(tl.float32)
+        summed = x.to(new_residual_ptr.dtype.element_ty)
+        tl.store(new_residual_ptr + row * stride_new_residual + cols, summed, mask=mask)
+        x = summed.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, 0) / hidden + eps)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + cols, (x * rstd * weight).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+            out: torch.Tensor, new_residual: torch.Tensor | None) -> None:
+    hidden = x.shape[-1]
+    block = triton.next_power_of_2(hidden)
+    has_residual = residual is not None
+    _rms_norm_kernel[(x.shape[0],)](
+        x, residual if has_residual else x, weight, out, new_residual if has_residual else out, eps,
+        x.stride(0), residual.stride(0) if has_residual else 0, out.stride(0),
+        new_residual.stride(0) if has_residual else 0, hidden,
+        BLOCK=block, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512)),
+    )
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """A 2-D view ``[rows, hidden]`` with a contiguous hidden dimension."""
+    x = x.reshape(-1, x.shape[-1])
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / rms(x) * weight`` over the last dimension, output in ``x.dtype``."""
+    rows = _rows(x)
+    out = torch.empty_like(rows)
+    if rows.shape[0]:
+        _launch(rows, None, weight, eps, out, None)
+    return out.view(x.shape)
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(x + residual), x + residual)``; the sum is kept in ``residual.dtype``."""
+    rows, residual_rows = _rows(x), _rows(residual)
+    out = torch.empty_like(rows)
+    new_residual = torch.empty_like(residual_rows)
+    if rows.shape[0]:
+        _launch(rows, residual_rows, weight, eps, out, new_residual)
+    return out.view(x.shape), new_residual.view(residual.shape)
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Plain torch RMSNorm in the input's dtype (call it on float64 tensors for a reference)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def fused_add_rms_norm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    new_residual = x + residual
+    return rms_norm_ref(new_residual, weight, eps), new_residual

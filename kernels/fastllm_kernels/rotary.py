@@ -1,0 +1,103 @@
+"""Rotary position embedding applied in place to query and key.
+
+One program per token rotates every query and key head of it, so the token's cos/sin row is
+read once. ``cos_sin_cache [max_pos, rot_dim]`` holds cos in its first half and sin in its
+second; ``rot_dim`` may be smaller than ``head_size`` (partial rotary): the rest is untouched.
+NeoX style (``is_neox=True``, Llama/Qwen in Hugging Face) rotates the two halves of the
+rotary dims; GPT-J style rotates interleaved pairs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin,
+                  HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+                  IS_NEOX: tl.constexpr):
+    heads = tl.arange(0, HEADS_PAD)
+    pairs = tl.arange(0, HALF_PAD)
+    mask = (heads < num_heads)[:, None] & (pairs < ROT_HALF)[None, :]
+    if IS_NEOX:
+        first, second = pairs, pairs + ROT_HALF
+    else:
+        first, second = 2 * pairs, 2 * pairs + 1
+    ptr1 = x_ptr + heads[:, None] * stride_head + first[None, :]
+    ptr2 = x_ptr + heads[:, None] * stride_head + second[None, :]
+    x1 = tl.load(ptr1, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(ptr2, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptr1, (x1 * cos - x2 * sin).to(x_ptr.dtype.element_ty), mask=mask)
+    tl.store(ptr2, (x2 * cos + x1 * sin).to(x_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotary_kernel(
+    positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
+    Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    position = tl.load(positions_ptr + token)
+    pairs = tl.arange(0, HALF_PAD)
+    row = cos_sin_ptr + position * stride_cos_sin + pairs
+    cos = tl.load(row, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
+    sin = tl.load(row + ROT_HALF, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
+    _rotate_heads(q_ptr + token * stride_qt, stride_qh, num_heads, cos, sin,
+                  Q_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
+    _rotate_heads(k_ptr + token * stride_kt, stride_kh, num_kv_heads, cos, sin,
+                  KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
+
+
+def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
+    """``[T, heads, head_size]`` view of ``[T, heads * head_size]`` or ``[T, heads, head_size]``."""
+    view = x.view(x.shape[0], -1, head_size)
+    assert view.stride(-1) == 1, "head dimension must be contiguous"
+    return view
+
+
+def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                     cos_sin_cache: torch.Tensor, head_size: int,
+                     is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate ``query`` and ``key`` in place by ``positions`` (int64 ``[T]``); returns both."""
+    q, k = _heads_view(query, head_size), _heads_view(key, head_size)
+    rot_dim = cos_sin_cache.shape[-1]
+    assert rot_dim <= head_size and rot_dim % 2 == 0 and cos_sin_cache.stride(-1) == 1
+    if q.shape[0]:
+        _rotary_kernel[(q.shape[0],)](
+            positions, q, k, cos_sin_cache,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
+            q.shape[1], k.shape[1],
+            Q_HEADS_PAD=triton.next_power_of_2(q.shape[1]),
+            KV_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
+            ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2),
+            IS_NEOX=is_neox, num_warps=4,
+        )
+    return query, key
+
+
+def rotary_embedding_ref(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                         cos_sin_cache: torch.Tensor, head_size: int,
+                         is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Out-of-place torch version, in the inputs' dtype; returns rotated copies."""
+    cos, sin = cos_sin_cache[positions].to(query.dtype).chunk(2, dim=-1)
+    return (_rotate_ref(query, cos, sin, head_size, is_neox),
+            _rotate_ref(key, cos, sin, head_size, is_neox))
+
+
+def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int,
+                is_neox: bool) -> torch.Tensor:
+    heads = x.reshape(x.shape[0], -1, head_size)
+    rot_dim = 2 * cos.shape[-1]
+    rot, rest = heads[..., :rot_dim], heads[..., rot_dim:]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    if is_neox:
+        x1, x2 = rot.chunk(2, dim=-1)
+        rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        rotated = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return torch.cat([rotated, rest], dim=-1).reshape(x.shape)

@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from fastllm_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from kernel_testing import DEVICE, DTYPES, TOLERANCE, nan_like, paged_kv, randn, rel_err
+
+SEQ_LENS = [1, 37, 300, 777]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("block_size,num_heads,num_kv_heads,head_dim", [
+    (16, 8, 2, 64),    # GQA group of 4
+    (32, 4, 4, 32),    # plain multi-head
+    (64, 6, 1, 128),   # a group of 6: not a power of two
+    (16, 4, 2, 256),
+])
+@pytest.mark.parametrize("num_splits", [1, 5, None])
+def test_decode_matches_reference(dtype, block_size, num_heads, num_kv_heads, head_dim, num_splits):
+    k_cache, v_cache, block_tables = paged_kv(SEQ_LENS, block_size, num_kv_heads, head_dim, dtype)
+    seq_lens = torch.tensor(SEQ_LENS, dtype=torch.int32, device=DEVICE)
+    q = randn(len(SEQ_LENS), num_heads, head_dim, dtype=dtype)
+    scale = head_dim ** -0.5
+
+    out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale,
+                                 out=nan_like(q), num_splits=num_splits)
+    ref = paged_decode_attention_ref(q.double(), k_cache.double(), v_cache.double(),
+                                     block_tables, seq_lens, scale)
+
+    assert rel_err(out, ref) < TOLERANCE[dtype]
+
+
+def test_decode_splits_a_long_context():
+    """A 4k context in 16 pieces, with a short neighbour that leaves most pieces empty."""
+    lens = [4100, 20]
+    k_cache, v_cache, block_tables = paged_kv(lens, 64, 2, 64, torch.float32)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    q = randn(2, 4, 64, dtype=torch.float32)
+
+    out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, 0.125,
+                                 out=nan_like(q), num_splits=16)
+    ref = paged_decode_attention_ref(q.double(), k_cache.double(), v_cache.double(),
+                                     block_tables, seq_lens, 0.125)
+
+    assert rel_err(out, ref) < TOLERANCE[torch.float32]

@@ -1,0 +1,30 @@
+import pytest
+
+from fastllm_kernels.rms_norm import fused_add_rms_norm, fused_add_rms_norm_ref, rms_norm, rms_norm_ref
+from kernel_testing import DTYPES, TOLERANCE, randn, rel_err
+
+SHAPES = [(5, 1000), (3, 4096)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,hidden", SHAPES)
+def test_rms_norm_matches_reference(dtype, rows, hidden):
+    x, weight = randn(rows, hidden, dtype=dtype), randn(hidden, dtype=dtype)
+
+    out = rms_norm(x, weight, 1e-6)
+
+    assert out.dtype == dtype
+    assert rel_err(out, rms_norm_ref(x.double(), weight.double(), 1e-6)) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,hidden", SHAPES)
+def test_fused_add_rms_norm_matches_reference(dtype, rows, hidden):
+    x, residual = randn(rows, hidden, dtype=dtype), randn(rows, hidden, dtype=dtype)
+    weight = randn(hidden, dtype=dtype)
+
+    out, new_residual = fused_add_rms_norm(x, residual, weight, 1e-5)
+    ref, ref_residual = fused_add_rms_norm_ref(x.double(), residual.double(), weight.double(), 1e-5)
+
+    assert rel_err(out, ref) < TOLERANCE[dtype]
+    assert rel_err(new_residual, ref_residual) < TOLERANCE[dtype]

@@ -1,0 +1,84 @@
+"""How many drafts a sequence may propose: its own acceptance history, and the batch's size.
+
+A draft the target model rejects still costs a slot in the forward pass, and on small
+batches a step with drafts goes through the slower multi-token attention path. So a
+sequence whose drafts keep failing proposes fewer, down to none, and only probes now and
+then (ever more rarely while probes fail) to notice when its text turns copyable again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Steps without drafts before the first probe; doubled after each failed probe.
+FIRST_PROBE_INTERVAL = 4
+# A probe waits for a context suffix of this many tokens seen before: copying shows up as long
+# matches, while free text matches a token or two by chance and would waste the probe.
+PROBE_MIN_MATCH = 3
+
+
+@dataclass
+class AcceptanceTracker:
+    """Decayed estimate of the chance that a sequence's next draft token is accepted.
+
+    Each verified draft token before the first rejection is a success, the rejected one
+    a failure; drafts after a rejection were never tried. ``decay`` forgets old steps so
+    a request that moves from free text to quoting (or back) is followed within a few steps.
+    """
+
+    max_drafts: int
+    min_chain_prob: float
+    decay: float = 0.7
+    max_probe_interval: int = 64
+    # The prior, 0.7: a new sequence drafts a few tokens, and all of them after one full success.
+    successes: float = 0.7
+    trials: float = 1.0
+    idle_steps: int = 0
+    probe_interval: int = FIRST_PROBE_INTERVAL
+
+    @property
+    def acceptance(self) -> float:
+        return self.successes / self.trials
+
+    def allowed(self) -> tuple[int, bool]:
+        """Drafts worth proposing: as many as keep the chance that all are accepted above
+        ``min_chain_prob``; when that is none, one now and then as a probe. The flag says
+        whether this is a probe (see ``PROBE_MIN_MATCH``)."""
+        rate = self.acceptance
+        if rate >= 1.0:
+            return self.max_drafts, False
+        wanted = int(math.log(self.min_chain_prob) / math.log(rate)) if rate > 0.0 else 0
+        if wanted > 0:
+            return min(wanted, self.max_drafts), False
+        self.idle_steps += 1
+        return (1, True) if self.idle_steps >= self.probe_interval else (0, False)
+
+    def update(self, num_proposed: int, num_accepted: int) -> None:
+        """Fold in one verification step of ``num_proposed`` drafts."""
+        if num_proposed == 0:
+            return
+        failed = num_accepted < num_proposed
+        self.successes = self.decay * self.successes + num_accepted
+        self.trials = self.decay * self.trials + num_accepted + failed
+        if self.idle_steps >= self.probe_interval:
+            self.probe_interval = (min(2 * self.probe_interval, self.max_probe_interval) if failed
+                                   else FIRST_PROBE_INTERVAL)
+        self.idle_steps = 0
+
+
+def share_drafts(wanted: list[int], priority: list[float], max_batch_drafts: int) -> list[int]:
+    """Split the step's draft budget: an equal cap per sequence, the most promising first.
+
+    With a few sequences each gets what it wants; with many, ``max_batch_drafts`` bounds the
+    extra tokens of the step, since a large batch already keeps the hardware busy.
+    """
+    cap = max(1, max_batch_drafts // max(1, len(wanted)))
+    budget = max_batch_drafts
+    granted = [0] * len(wanted)
+    for i in sorted(range(len(wanted)), key=lambda i: -priority[i]):
+        granted[i] = min(wanted[i], cap, budget)
+        budget -= granted[i]
+        if budget <= 0:
+            break
+    return granted

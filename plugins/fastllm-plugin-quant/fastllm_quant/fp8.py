@@ -1,0 +1,75 @@
+"""``fp8``: W8A8 with float8 e4m3 weights (a scale per output channel) and activations quantized
+per token at run time.
+
+On GPUs with FP8 tensor cores (compute capability >= 8.9) the product is ``torch._scaled_mm``
+with both scales applied in its epilogue; elsewhere a torch path performs the same roundings
+(activations to e4m3, weights as stored) and multiplies in float32.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from fastllm.layers.linear import LinearBase
+from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max
+
+
+def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[R, K]`` -> (e4m3 ``[R, K]``, float32 scale ``[R, 1]``), each row scaled to fill the range."""
+    x = x.float()
+    scale = (x.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+    return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+@functools.lru_cache(maxsize=None)
+def has_fp8_tensor_cores(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """``x [M, K]`` -> ``[M, N]`` in x's dtype; ``weight`` e4m3 ``[N, K]``, ``weight_scale`` ``[N]`` float32."""
+    x_fp8, x_scale = quantize_fp8_rows(x)
+    if has_fp8_tensor_cores(x.device):
+        return torch._scaled_mm(x_fp8, weight.t(), scale_a=x_scale, scale_b=weight_scale[None, :],
+                                out_dtype=x.dtype)
+    return (F.linear(x_fp8.float(), weight.float()) * x_scale * weight_scale).to(x.dtype)
+
+
+class Fp8Linear(QuantizedLinear):
+    """``weight`` e4m3 ``[N, K]``, ``weight_scale`` float32 ``[N]``."""
+
+    def __init__(self, spec: LinearSpec):
+        super().__init__(spec)
+        self.add_tensor("weight", spec.empty(spec.input_size, dtype=FP8))
+        self.add_tensor("weight_scale", spec.empty(dtype=torch.float32))
+
+    @classmethod
+    def from_float(cls, layer: LinearBase) -> "Fp8Linear":
+        module = cls(LinearSpec.of(layer))
+        module.copy_bias(layer)
+        weight, scale = quantize_fp8_rows(layer.weight.data)
+        module.weight.data.copy_(weight)
+        module.weight_scale.data.copy_(scale.squeeze(1))
+        return module
+
+    def apply_weights(self, x: torch.Tensor) -> torch.Tensor:
+        return fp8_gemm(x, self.weight, self.weight_scale)
+
+
+class Fp8Quantizer(Quantizer):
+    name = "fp8"
+
+    def quantize_layer(self, layer: LinearBase) -> Fp8Linear:
+        return Fp8Linear.from_float(layer)
+
+    def checkpoint_layer(self, layer: LinearBase) -> Fp8Linear:
+        return Fp8Linear(LinearSpec.of(layer))
+
+    def checkpoint_config_to_save(self) -> dict:
+        return {"quant_method": self.name, "activation_scheme": "dynamic", "weight_scheme": "per_channel"}

@@ -1,0 +1,82 @@
+"""``weight_only_int4``: W4A16, asymmetric int4 with a scale and zero point per group of 128 inputs.
+
+The same module runs AWQ and GPTQ checkpoints once they are repacked (``checkpoint_int4``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from fastllm_kernels.quant import int4_linear, pack_int4
+
+from fastllm.layers.linear import LinearBase
+from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
+
+from fastllm_quant.common import group_size_for
+
+DEFAULT_GROUP_SIZE = 128
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``[N, K]`` float -> (codes 0..15 ``[N, K]``, scales, zeros ``[N, K/group]``), w ~ (q - z) * s."""
+    w = weight.float().unflatten(1, (-1, group_size))
+    low, high = w.amin(dim=-1).clamp(max=0), w.amax(dim=-1).clamp(min=0)
+    scales = ((high - low) / 15).clamp(min=1e-12)
+    zeros = torch.round(-low / scales).clamp(0, 15)
+    codes = torch.round(w / scales[..., None] + zeros[..., None]).clamp(0, 15)
+    return codes.flatten(1).to(torch.uint8), scales, zeros
+
+
+class Int4Linear(QuantizedLinear):
+    """``qweight`` ``[N, K/2]`` uint8 (two codes a byte), ``scales``/``zeros`` ``[N, K/group]``.
+
+    ``input_perm`` (GPTQ act-order checkpoints only) reorders the input channels so that each
+    group is contiguous.
+    """
+
+    def __init__(self, spec: LinearSpec, group_size: int):
+        super().__init__(spec)
+        self.group_size = group_size_for(spec.input_size, group_size)
+        groups = spec.input_size // self.group_size
+        self.add_tensor("qweight", spec.empty(spec.input_size // 2, dtype=torch.uint8))
+        self.add_tensor("scales", spec.empty(groups))
+        self.add_tensor("zeros", spec.empty(groups))
+        self.register_buffer("input_perm", None)
+
+    def set_weights(self, codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> "Int4Linear":
+        self.qweight.data.copy_(pack_int4(codes))
+        self.scales.data.copy_(scales)
+        self.zeros.data.copy_(zeros)
+        return self
+
+    @classmethod
+    def from_float(cls, layer: LinearBase, group_size: int) -> "Int4Linear":
+        module = cls(LinearSpec.of(layer), group_size)
+        module.copy_bias(layer)
+        return module.set_weights(*quantize_int4(layer.weight.data, module.group_size))
+
+    def apply_weights(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_perm is not None:
+            x = x[:, self.input_perm]
+        return int4_linear(x, self.qweight, self.scales, self.zeros, self.group_size)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, group_size={self.group_size}"
+
+
+class WeightOnlyInt4Quantizer(Quantizer):
+    name = "weight_only_int4"
+
+    def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
+        super().__init__(checkpoint_config, **options)
+        self.group_size = int((checkpoint_config or {}).get("group_size", DEFAULT_GROUP_SIZE))
+
+    def quantize_layer(self, layer: LinearBase) -> Int4Linear:
+        return Int4Linear.from_float(layer, self.group_size)
+
+    def checkpoint_layer(self, layer: LinearBase) -> Int4Linear:
+        return Int4Linear(LinearSpec.of(layer), self.group_size)
+
+    def checkpoint_config_to_save(self) -> dict[str, Any]:
+        return {"quant_method": self.name, "bits": 4, "group_size": self.group_size}

@@ -1,0 +1,22 @@
+"""Registers the quantization methods of this distribution, under the seeds' names and aliases."""
+
+from fastllm.registry import hookimpl
+
+from fastllm_quant.checkpoint_int4 import AwqQuantizer, GptqQuantizer
+from fastllm_quant.fp8 import Fp8Quantizer
+from fastllm_quant.int4 import WeightOnlyInt4Quantizer
+from fastllm_quant.int8 import WeightOnlyInt8Quantizer
+from fastllm_quant.nf4 import Nf4Quantizer
+from fastllm_quant.smooth_quant import SmoothQuantQuantizer
+
+
+@hookimpl
+def register_quantizers():
+    return {
+        "weight_only_int8": WeightOnlyInt8Quantizer, "ifq": WeightOnlyInt8Quantizer,
+        "fp8": Fp8Quantizer,
+        "nf4": Nf4Quantizer, "ifq_nf4": Nf4Quantizer,
+        "weight_only_int4": WeightOnlyInt4Quantizer,
+        "awq": AwqQuantizer, "gptq": GptqQuantizer,
+        "smooth_quant": SmoothQuantQuantizer,
+    }

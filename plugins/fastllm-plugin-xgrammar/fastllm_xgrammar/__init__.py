@@ -1,0 +1,1 @@
+"""Structured outputs (JSON schema, JSON object, regex, EBNF, choice) for fastllm through xgrammar."""

@@ -1,0 +1,64 @@
+"""The xgrammar structured-output backend: compile specs (cached), hand out matchers, mask a batch."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Optional, Sequence
+
+import torch
+import xgrammar as xgr
+
+from fastllm.sampling_params import GuidedDecodingParams
+from fastllm_xgrammar.bitmask import TokenBitmask
+from fastllm_xgrammar.specs import GrammarSpec, grammar_spec
+
+_LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: (Check failed: .*? is false: )?")
+
+
+class XGrammarBackend:
+    """Follows ``fastllm.structured_output.StructuredOutputBackend``.
+
+    Compiled grammars sit in an LRU keyed by the reduced spec, so a schema sent with every
+    request compiles once and its matchers start at once. xgrammar's own compiler cache
+    stays on beneath it, bounded in bytes: a grammar the LRU evicted comes back from there
+    while it fits.
+
+    JSON is generated compactly (``any_whitespace=False``): free whitespace lets small
+    models wander into endless newlines inside an object, and the output stays valid JSON.
+    """
+
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, cache_size: int = 128,
+                 compiler_cache_bytes: int = 256 << 20, max_threads: int = 8):
+        self.compiler = xgr.GrammarCompiler(tokenizer_info, max_threads=max_threads, cache_enabled=True,
+                                            cache_limit_bytes=compiler_cache_bytes)
+        self._compile_cached = functools.lru_cache(maxsize=cache_size)(self._compile_spec)
+        self.bitmask = TokenBitmask(tokenizer_info.vocab_size)
+
+    def compile(self, params: GuidedDecodingParams) -> xgr.CompiledGrammar:
+        spec = grammar_spec(params)
+        try:
+            return self._compile_cached(spec)
+        except RuntimeError as exc:
+            raise ValueError(f"{spec.kind}: {_LOG_PREFIX.sub('', str(exc)).strip()}") from None
+
+    def new_matcher(self, compiled: xgr.CompiledGrammar) -> xgr.GrammarMatcher:
+        return xgr.GrammarMatcher(compiled)
+
+    def apply_bitmask(self, logits: torch.Tensor, matchers: Sequence[Optional[xgr.GrammarMatcher]]) -> None:
+        self.bitmask.apply(logits, matchers)
+
+    def cache_info(self) -> functools._CacheInfo:
+        """Hits and misses of the spec cache."""
+        return self._compile_cached.cache_info()
+
+    def _compile_spec(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
+        if spec.kind == "json_schema":
+            return self.compiler.compile_json_schema(spec.source, any_whitespace=False)
+        if spec.kind == "json_object":
+            # the builtin JSON grammar also admits a top-level array; an open object schema does not
+            return self.compiler.compile_json_schema('{"type": "object"}', any_whitespace=False,
+                                                     strict_mode=False)
+        if spec.kind == "regex":
+            return self.compiler.compile_regex(spec.source)
+        return self.compiler.compile_grammar(spec.source)

@@ -1,0 +1,76 @@
+"""Compiling specs: clear ValueErrors for bad ones, one compile per spec, exact choices."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import xgrammar as xgr
+
+from fastllm import registry
+from fastllm.sampling_params import GuidedDecodingParams
+from fastllm_xgrammar.backend import XGrammarBackend
+
+SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}},
+          "required": ["b", "a"]}
+
+
+@pytest.fixture
+def backend() -> XGrammarBackend:
+    vocab = [chr(c) for c in range(32, 127)] + ["</s>"]
+    return XGrammarBackend(xgr.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1]))
+
+
+def accepts(backend: XGrammarBackend, spec: dict, text: str) -> bool:
+    """Whether ``text`` is a complete output of ``spec``."""
+    matcher = backend.new_matcher(backend.compile(GuidedDecodingParams(**spec)))
+    return matcher.accept_string(text) and matcher.is_completed()
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(grammar='root ::= "a" |'), r"^ebnf: EBNF parser error"),
+    (dict(grammar='start ::= "a"'), r"^ebnf: .*root"),
+    (dict(regex="a(b"), r"^regex: .*parenthesis is not closed"),
+    (dict(regex="[z-a]"), r"^regex: "),
+    (dict(json={"type": "foo"}), r'^json_schema: Unsupported type "foo"'),
+    (dict(json={"type": "array", "minItems": 3, "maxItems": 1}), r"^json_schema: minItems"),
+    (dict(json='{"type": '), r"not valid JSON"),
+    (dict(choice=[]), r"at least one"),
+])
+def test_uncompilable_specs_raise_a_clean_value_error(backend, spec, message):
+    with pytest.raises(ValueError, match=message) as info:
+        backend.compile(GuidedDecodingParams(**spec))
+    assert ".cc:" not in str(info.value)
+
+
+def test_a_spec_compiles_once(backend):
+    first = backend.compile(GuidedDecodingParams(json=SCHEMA))
+    assert backend.compile(GuidedDecodingParams(json=SCHEMA)) is first
+    assert backend.compile(GuidedDecodingParams(json=json.dumps(SCHEMA, indent=4))) is first
+    assert backend.cache_info().misses == 1 and backend.cache_info().hits == 2
+    reordered = dict(reversed(SCHEMA["properties"].items()))
+    assert backend.compile(GuidedDecodingParams(json={**SCHEMA, "properties": reordered})) is not first
+
+
+def test_schema_properties_keep_their_order(backend):
+    assert accepts(backend, dict(json=SCHEMA), '{"b": 1, "a": "x"}')
+    assert not accepts(backend, dict(json=SCHEMA), '{"a": "x", "b": 1}')
+
+
+def test_choice_matches_exactly_its_strings(backend):
+    choices = ['say "hi"', "back\\slash", "two\nlines", "é✓", "tab\there", ""]
+    for choice in choices:
+        assert accepts(backend, dict(choice=choices), choice)
+    assert not accepts(backend, dict(choice=choices), "say")
+    assert not accepts(backend, dict(choice=choices), 'say "hi"!')
+
+
+def test_json_object_is_an_object_not_any_json(backend):
+    assert accepts(backend, dict(json_object=True), '{"a": [1, {"b": null}], "c": "x"}')
+    assert not accepts(backend, dict(json_object=True), "[1, 2]")
+    assert not accepts(backend, dict(json_object=True), '"text"')
+
+
+def test_registered_under_its_distribution():
+    entry = registry.entries("structured_output_backends")["xgrammar"]
+    assert entry.distribution.startswith("fastllm-plugin-xgrammar ")

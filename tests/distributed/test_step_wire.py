@@ -1,0 +1,30 @@
+"""A forward step survives the trip to a worker: same values, dtypes and shapes after pickling."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import fields
+
+import torch
+
+from fastllm.attention.metadata import AttentionMetadata
+from fastllm.executor.step_wire import decode_forward, encode_forward
+
+
+def test_forward_step_round_trip():
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor([70, 71, 5, 6, 7], dtype=torch.int64),
+        query_start_loc=torch.tensor([0, 1, 2, 5], dtype=torch.int32),
+        seq_lens=torch.tensor([7, 8, 3], dtype=torch.int32),
+        block_tables=torch.tensor([[1, 4], [2, 0], [3, 0]], dtype=torch.int32),
+        num_decodes=2, max_query_len=3, max_seq_len=8, query_lens_cpu=[1, 1, 3], seq_lens_cpu=[7, 8, 3])
+    input_ids, positions = torch.tensor([11, 12, 13, 14, 15]), torch.tensor([6, 7, 0, 1, 2])
+    wire = pickle.loads(pickle.dumps(encode_forward(input_ids, positions, meta)))
+    ids, pos, got = decode_forward(wire, torch.device("cpu"))
+    assert torch.equal(ids, input_ids) and torch.equal(pos, positions)
+    for field in fields(meta):
+        sent, received = getattr(meta, field.name), getattr(got, field.name)
+        if isinstance(sent, torch.Tensor):
+            assert received.dtype == sent.dtype and torch.equal(received, sent), field.name
+        else:
+            assert received == sent, field.name

@@ -1,0 +1,108 @@
+"""Tensor parallelism over gloo on the CPU: TP=N gives TP=1's greedy tokens, and workers come and go.
+
+Every test shuts its tensor-parallel LLM down: the layers shard over torch.distributed's
+default group, which must be gone before another engine is built in this process.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import signal
+
+import pytest
+import torch.distributed as dist
+
+from fastllm import LLM, SamplingParams
+from fastllm.executor import WorkerError
+from tests.conftest import TINY_LLAMA
+
+TINY_PROMPTS = [[5, 17, 42, 99, 3], [7, 8, 9], list(range(10, 50))]
+SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):"]
+
+
+def _tiny(path: str, tp: int) -> LLM:
+    # 16-token steps chunk the 40-token prompt, so steps mix prefill chunks with decodes
+    return LLM(path, load_format="dummy", tensor_parallel_size=tp, num_gpu_blocks_override=32, block_size=16,
+               max_num_batched_tokens=16)
+
+
+def _generate(llm: LLM, prompts: list, params: SamplingParams) -> list:
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    assert all(o.error_code == 200 for o in outputs), [o.error_msg for o in outputs]
+    return outputs
+
+
+def _workers(llm: LLM) -> list[multiprocessing.Process]:
+    return list(llm.engine.runner.workers.procs)
+
+
+def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
+    params = SamplingParams(temperature=0.0, max_tokens=12, logprobs=2, prompt_logprobs=2)
+    prompts = [{"prompt_token_ids": p} for p in TINY_PROMPTS]
+    single = _tiny(tiny_llama_dir, 1)
+    expected = _generate(single, prompts, params)
+    del single
+    llm = _tiny(tiny_llama_dir, 2)
+    try:
+        actual = _generate(llm, prompts, params)
+    finally:
+        llm.engine.runner.shutdown()
+    for a, e in zip(actual, expected):
+        assert a.outputs.token_ids == e.outputs.token_ids
+        assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
+        assert a.prompt_logprobs[1:] == [pytest.approx(step, abs=1e-4) for step in e.prompt_logprobs[1:]]
+
+
+def test_tp3_matches_tp1_on_smollm2(smollm2_path, smollm2_llm):
+    params = SamplingParams(temperature=0.0, max_tokens=10)
+    expected = [o.outputs.token_ids for o in _generate(smollm2_llm, SMOL_PROMPTS, params)]
+    llm = LLM(smollm2_path, max_model_len=1024, num_gpu_blocks_override=128, tensor_parallel_size=3)
+    try:
+        actual = [o.outputs.token_ids for o in _generate(llm, SMOL_PROMPTS, params)]
+    finally:
+        llm.engine.runner.shutdown()
+    assert actual == expected
+
+
+def test_heads_not_divisible_fails_at_start(tiny_llama_dir):
+    with pytest.raises(ValueError, match="4 attention heads cannot be split over tensor_parallel_size=3"):
+        _tiny(tiny_llama_dir, 3)
+    assert not multiprocessing.active_children()
+    assert not dist.is_initialized()
+
+
+def test_failed_start_leaves_no_workers(tmp_path):
+    # heads split, but every rank's down projection refuses 129 input features, after spawning
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "intermediate_size": 129}))
+    with pytest.raises(ValueError, match="129 input features cannot be split"):
+        _tiny(str(tmp_path), 2)
+    assert not multiprocessing.active_children()
+    assert not dist.is_initialized()
+
+
+def test_workers_exit_when_llm_is_deleted(tiny_llama_dir):
+    llm = _tiny(tiny_llama_dir, 2)
+    workers = _workers(llm)
+    assert all(w.is_alive() for w in workers)
+    del llm
+    gc.collect()
+    for worker in workers:
+        worker.join(timeout=10)
+        assert worker.exitcode == 0
+    assert not dist.is_initialized()
+
+
+def test_worker_crash_raises_instead_of_hanging(tiny_llama_dir):
+    llm = _tiny(tiny_llama_dir, 2)
+    try:
+        worker = _workers(llm)[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(timeout=10)
+        with pytest.raises(WorkerError, match="exited with code -9"):
+            llm.generate([{"prompt_token_ids": TINY_PROMPTS[0]}], SamplingParams(max_tokens=4), use_tqdm=False)
+    finally:
+        llm.engine.runner.shutdown()
+    assert not dist.is_initialized()
