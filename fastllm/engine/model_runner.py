@@ -12,6 +12,8 @@ import torch
 from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import tp_size
+from fastllm.engine.cuda_graphs import DecodeGraphs
 from fastllm.engine.input_batch import ModelInputs, pack_inputs
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
@@ -61,6 +63,7 @@ class ModelRunner:
         self.model.eval()
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
+        self.graphs: Optional[DecodeGraphs] = None
 
     # ---- KV cache -------------------------------------------------------------------------
     def kv_cache_dtype(self) -> torch.dtype:
@@ -79,6 +82,16 @@ class ModelRunner:
                            torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device))
                           for _ in self.model.model.layers]
         self.num_blocks = num_blocks
+        if self._use_cuda_graphs():
+            max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
+            self.graphs = DecodeGraphs(self._eager_forward, self.config.max_num_seqs,
+                                       min(num_blocks, -(-max_len // self.block_size)), max_len, self.device)
+            self.graphs.capture()
+
+    def _use_cuda_graphs(self) -> bool:
+        """On CUDA unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
+        return (self.device.type == "cuda" and not self.config.enforce_eager and tp_size() == 1
+                and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
@@ -98,6 +111,12 @@ class ModelRunner:
         call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
         pair up only when all ranks run the same sequence of them.
         """
+        if self.graphs is not None and self.graphs.can_run(attn_metadata):
+            return self.graphs.run(input_ids, positions, attn_metadata)
+        return self._eager_forward(input_ids, positions, attn_metadata)
+
+    def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                       attn_metadata: AttentionMetadata) -> torch.Tensor:
         with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend)):
             return self.model(input_ids, positions)
 
@@ -187,8 +206,7 @@ class ModelRunner:
             next_block += nb
             scheduled.append(ScheduledSequence(seq, n))
         inputs = pack_inputs(scheduled, self.block_size, self.device)
-        with forward_context(ForwardContext(inputs.attn_metadata, self.kv_caches, self.backend)):
-            hidden = self.model(inputs.input_ids, inputs.positions)
+        hidden = self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         self.model.compute_logits(hidden[: max_num_seqs])
         self.platform.synchronize()
         peak = torch.cuda.max_memory_allocated() if self.device.type == "cuda" else 0

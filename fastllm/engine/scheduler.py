@@ -43,8 +43,9 @@ class Scheduler:
     """
 
     def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_chunked_prefill: bool = True):
+                 enable_chunked_prefill: bool = True, kv_cache_ratio: float = 1.0):
         self.kv_cache = kv_cache
+        self.kv_cache_ratio = kv_cache_ratio
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
@@ -99,6 +100,8 @@ class Scheduler:
             remaining = seq.num_tokens - seq.num_computed_tokens - cached_tokens
             if remaining > budget and not self.enable_chunked_prefill:
                 break
+            if self.running and not self._prompt_fits_ratio(seq, len(cached)):
+                break
             num_new = min(remaining, budget)
             if not self.kv_cache.allocate(seq, num_new, cached):
                 break
@@ -110,6 +113,14 @@ class Scheduler:
             self.running.append(seq)
             out.scheduled.append(ScheduledSequence(seq, num_new))
             budget -= num_new
+
+    def _prompt_fits_ratio(self, seq: Sequence, num_cached_blocks: int) -> bool:
+        """FastDeploy's ``kv_cache_ratio``: prompts may fill only that share of the pool, the rest
+        is kept for running sequences to grow into, so admitting a prompt rarely forces a preemption."""
+        pool = self.kv_cache.pool
+        used = pool.num_usable_blocks - pool.num_free_blocks
+        wanted = self.kv_cache.blocks_needed(seq.num_tokens) - num_cached_blocks
+        return used + wanted <= self.kv_cache_ratio * pool.num_usable_blocks
 
     def _preempt(self, seq: Sequence) -> None:
         """Free a running sequence's blocks; it goes back to the head of the queue to recompute."""

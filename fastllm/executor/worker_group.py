@@ -6,6 +6,7 @@ import logging
 import multiprocessing as mp
 import pickle
 import threading
+import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Optional
 
@@ -104,7 +105,10 @@ class WorkerGroup:
 
     @staticmethod
     def _exitcode(proc: mp.process.BaseProcess) -> Optional[int]:
-        proc.join(JOIN_TIMEOUT_S)
+        """The code once known; a join that races the watcher thread's reaping sees None, so retry."""
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        while proc.exitcode is None and time.monotonic() < deadline:
+            proc.join(0.05)
         return proc.exitcode
 
     # ---- lifetime ---------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from fastllm.layers.fused import kernels_for
+
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6):
@@ -22,6 +24,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
         """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual)."""
+        kernels = kernels_for(x)
+        if kernels is not None:
+            if residual is None:
+                return kernels.rms_norm(x, self.weight, self.eps)
+            return kernels.fused_add_rms_norm(x, residual, self.weight, self.eps)
         if residual is None:
             return self._norm(x)
         x = x + residual

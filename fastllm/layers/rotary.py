@@ -8,6 +8,8 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
+from fastllm.layers.fused import kernels_for
+
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
     """Llama 3.1's frequency-dependent scaling of long wavelengths."""
@@ -42,7 +44,10 @@ class RotaryEmbedding(nn.Module):
                              persistent=False)
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
-        """query ``[T, H, D]``, key ``[T, KVH, D]``; returns both rotated."""
+        """query ``[T, H, D]``, key ``[T, KVH, D]``; returns both rotated (in place on CUDA)."""
+        kernels = kernels_for(query)
+        if kernels is not None:
+            return kernels.rotary_embedding(positions, query, key, self.cos_sin_cache, query.shape[-1])
         cos, sin = self.cos_sin_cache[positions].chunk(2, dim=-1)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return _rotate(query, cos, sin), _rotate(key, cos, sin)

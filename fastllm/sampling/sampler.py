@@ -65,9 +65,10 @@ class Sampler:
 
     def distribution(self, logits: torch.Tensor, batch: SamplingBatch,
                      structured_output: Any = None) -> Distribution:
-        logits = apply_logit_edits(logits, batch)
         if structured_output is not None and any(m is not None for m in batch.matchers):
-            structured_output.apply_bitmask(logits, batch.matchers)
+            logits = self._edit_and_mask(logits, batch, structured_output)
+        else:
+            logits = apply_logit_edits(logits, batch)
         logprobs = logits.log_softmax(dim=-1)
         greedy_tokens = logits.argmax(dim=-1)
         if batch.all_greedy:
@@ -79,6 +80,19 @@ class Sampler:
             one_hot = torch.zeros_like(probs).scatter_(-1, greedy_tokens[:, None], 1.0)
             probs = torch.where(greedy[:, None], one_hot, probs)
         return Distribution(probs, logprobs, greedy_tokens)
+
+    @staticmethod
+    def _edit_and_mask(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:
+        """Edits, then the grammar's mask; where the edits banned every token the grammar allows
+        (min_tokens against a finished grammar that only allows EOS), the grammar wins."""
+        raw = logits.clone()
+        logits = apply_logit_edits(logits, batch)
+        structured_output.apply_bitmask(logits, batch.matchers)
+        dead = torch.isneginf(logits).all(dim=-1)
+        if bool(dead.any()):
+            structured_output.apply_bitmask(raw, batch.matchers)
+            logits = torch.where(dead[:, None], raw, logits)
+        return logits
 
     def sample(self, dist: Distribution, batch: SamplingBatch) -> torch.Tensor:
         """argmax(p / E), E ~ Exp(1): an exact draw from p (the argmax itself for greedy rows)."""

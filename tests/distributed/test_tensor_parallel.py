@@ -49,7 +49,7 @@ def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     try:
         actual = _generate(llm, prompts, params)
     finally:
-        llm.engine.runner.shutdown()
+        llm.shutdown()
     for a, e in zip(actual, expected):
         assert a.outputs.token_ids == e.outputs.token_ids
         assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
@@ -63,7 +63,7 @@ def test_tp3_matches_tp1_on_smollm2(smollm2_path, smollm2_llm):
     try:
         actual = [o.outputs.token_ids for o in _generate(llm, SMOL_PROMPTS, params)]
     finally:
-        llm.engine.runner.shutdown()
+        llm.shutdown()
     assert actual == expected
 
 
@@ -104,5 +104,5 @@ def test_worker_crash_raises_instead_of_hanging(tiny_llama_dir):
         with pytest.raises(WorkerError, match="exited with code -9"):
             llm.generate([{"prompt_token_ids": TINY_PROMPTS[0]}], SamplingParams(max_tokens=4), use_tqdm=False)
     finally:
-        llm.engine.runner.shutdown()
+        llm.shutdown()
     assert not dist.is_initialized()

@@ -55,3 +55,16 @@ def test_bad_engine_config_names_the_field(smollm2_path):
         LLM(smollm2_path, block_size=48)
     with pytest.raises(ValueError, match="max_num_seqs"):
         LLM(smollm2_path, max_num_seqs=0)
+
+
+def test_prompt_larger_than_the_whole_cache_fails_alone(tiny_llama_dir):
+    """4 blocks of 16 hold 64 tokens: max_model_len is capped there, so nothing waits forever."""
+    llm = LLM(tiny_llama_dir, load_format="dummy", max_model_len=256, block_size=16,
+              num_gpu_blocks_override=4)
+    assert llm.engine.max_model_len == 64
+    params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    outputs = llm.generate([[5] * 100, [7] * 10], params, use_tqdm=False)
+    assert outputs[0].error_code == 400 and "max_model_len" in outputs[0].error_msg
+    assert outputs[1].error_code == 200 and len(outputs[1].outputs.token_ids) == 54
+    assert outputs[1].outputs.finish_reason == "length"
+    assert _all_blocks_free(llm)

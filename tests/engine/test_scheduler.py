@@ -57,3 +57,14 @@ def test_preemption_frees_blocks_and_requeues_newest():
     assert new.status is SequenceStatus.WAITING and new.num_computed_tokens == 0
     assert scheduler.waiting[0] is new and scheduler.num_preemptions == 1
     assert [s.seq.request_id for s in out.scheduled] == ["old"]
+
+
+def test_kv_cache_ratio_keeps_room_for_running_sequences():
+    kv = KVCacheManager(num_blocks=9, block_size=4, enable_prefix_caching=False)  # 8 usable blocks
+    scheduler = Scheduler(kv, max_num_seqs=4, max_num_batched_tokens=64, kv_cache_ratio=0.5)
+    first, second, third = _seq(12, "first"), _seq(4, "second"), _seq(4, "third")
+    for seq in (first, second, third):
+        scheduler.add(seq)
+    out = scheduler.schedule()  # first: 3 blocks; second: 3 + 1 <= 4; third: 4 + 1 > 4 waits
+    assert [s.seq.request_id for s in out.scheduled] == ["first", "second"]
+    assert list(scheduler.waiting) == [third]

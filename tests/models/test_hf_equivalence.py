@@ -59,7 +59,7 @@ def test_chunked_prefill_matches_hf(smollm2_path, reference):
 
 def test_preemption_matches_hf(smollm2_path, reference):
     ids, expected = reference
-    llm = LLM(smollm2_path, max_model_len=512, num_gpu_blocks_override=10, block_size=16)
+    llm = LLM(smollm2_path, max_model_len=512, num_gpu_blocks_override=10, block_size=16, kv_cache_ratio=1.0)
     _assert_same(_greedy(llm, ids), expected)
     assert llm.engine.scheduler.num_preemptions > 0, "the tiny KV pool should have forced preemption"
     assert llm.engine.kv_cache.num_free_blocks == llm.engine.kv_cache.pool.num_usable_blocks

@@ -13,7 +13,9 @@ from safetensors.torch import save_file
 from fastllm import LLM, SamplingParams
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
-CHUNK, NUM_CHUNKS = 1024, 20  # 20,480 scored positions of opticks.txt
+# CI scores 4 chunks of 1024 tokens; FASTLLM_PPL_CHUNKS=20 scores 20,480 positions of opticks.txt
+# (the figures in benchmarks/RESULTS.md): the bounds in test_quant_quality.py hold for both.
+CHUNK, NUM_CHUNKS = 1024, int(os.environ.get("FASTLLM_PPL_CHUNKS", "4"))
 SMOLLM2_ARGS = dict(max_model_len=CHUNK + 1, num_gpu_blocks_override=NUM_CHUNKS * (CHUNK // 64 + 1),
                     max_num_seqs=NUM_CHUNKS, max_num_batched_tokens=4096)
 

@@ -113,3 +113,11 @@ def test_guided_output_ends_on_the_stop_token_not_in_text(llm, outputs):
         completion = outputs[name].outputs
         assert completion.token_ids[-1] == eos
         assert llm.tokenizer.eos_token not in completion.text
+
+
+def test_grammar_wins_over_min_tokens(llm):
+    """A finished choice allows only EOS, which min_tokens bans: the grammar must win, not NaN."""
+    params = SamplingParams(temperature=0.0, max_tokens=20, min_tokens=15, guided_decoding={"choice": CHOICES})
+    result = llm.generate(chat("What is the capital of France?"), params, use_tqdm=False)[0]
+    assert result.error_code == 200 and result.outputs.text in CHOICES
+    assert result.outputs.finish_reason == "stop"

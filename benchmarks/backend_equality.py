@@ -1,0 +1,64 @@
+"""Greedy output of one attention backend against another (the ``torch`` reference) on one device.
+
+    python benchmarks/backend_equality.py --model smollm2-135m --load-format dummy --dtype float32
+
+Prints, and writes with ``--output-json``, the share of prompts whose whole greedy output is
+identical and the share whose first 32 tokens are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+
+import torch
+
+from fastllm import LLM, SamplingParams
+
+PREFIX_TOKENS = 32
+
+
+def greedy(args: argparse.Namespace, backend: str, prompts: list[list[int]]) -> list[list[int]]:
+    llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, attention_backend=backend,
+              max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    del llm
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return [o.outputs.token_ids for o in outputs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--load-format", default="dummy")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--backend", default="triton")
+    parser.add_argument("--reference", default="torch")
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--output-json")
+    args = parser.parse_args()
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 32000) for _ in range(rng.randrange(4, 700))] for _ in range(args.num_prompts)]
+    expected = greedy(args, args.reference, prompts)
+    got = greedy(args, args.backend, prompts)
+    whole = sum(a == b for a, b in zip(got, expected)) / len(prompts)
+    prefix = sum(a[:PREFIX_TOKENS] == b[:PREFIX_TOKENS] for a, b in zip(got, expected)) / len(prompts)
+    result = {"model": args.model, "dtype": args.dtype, "backend": args.backend, "reference": args.reference,
+              "prompts": len(prompts), "output_len": args.output_len, "identical": whole,
+              f"first_{PREFIX_TOKENS}_identical": prefix, "enforce_eager": args.enforce_eager}
+    print(json.dumps(result))
+    if args.output_json:
+        with open(args.output_json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
