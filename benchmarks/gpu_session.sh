@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session, everything the CUDA path has to show, in order of importance; each step
 # is time-boxed and writes its own file under $OUT, so a cut-short session still reports.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh      (wheels for pydantic & co. in .whl/)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh      (wheels of fastllm, fastllm-kernels, fastllm-templates, pydantic & co. in .whl/)
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -9,8 +9,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e ./kernels -e ./templates 2>&1 | tail -2
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/latency.txt"
+FASTLLM="python3 -m fastllm.entrypoints.cli.main"
 MODEL=${MODEL:-llama-3-8b}
 COMMON="--model $MODEL --load-format dummy --dtype bfloat16"
 
@@ -23,12 +23,11 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the output's tail
   tail -25 "$OUT/$name.txt"
 }
 
-step tests 150 python3 -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
-  tests/engine/test_cuda_graphs.py tests/bench
-step latency 150 fastllm bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
+step latency 110 $FASTLLM bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
   --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency.json"
-step equality 120 sh -c "python3 benchmarks/backend_equality.py --model smollm2-135m --dtype float32 \
-  --output-json $OUT/equality_fp32.json && python3 benchmarks/backend_equality.py --model smollm2-135m \
-  --dtype bfloat16 --output-json $OUT/equality_bf16.json"
-step throughput 300 fastllm bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
+step throughput 230 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
   --range-ratio 0 --quiet --compare hf --hf-num-prompts 32 --output-json "$OUT/throughput.json"
+step equality 90 sh -c "python3 benchmarks/backend_equality.py --model smollm2-135m --dtype float32 && \
+  python3 benchmarks/backend_equality.py --model smollm2-135m --dtype bfloat16"
+step tests 90 python3 -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
+  tests/engine/test_cuda_graphs.py

@@ -1,9 +1,10 @@
-"""Registers fastllm's built-in attention backend."""
+"""Registers fastllm's built-in attention backends (the triton one imports its kernels lazily)."""
 
 from fastllm.attention.torch_backend import TorchAttentionBackend
+from fastllm.attention.triton_backend import TritonAttentionBackend
 from fastllm.registry import hookimpl
 
 
 @hookimpl
 def register_attention_backends():
-    return {"torch": TorchAttentionBackend}
+    return {"torch": TorchAttentionBackend, "triton": TritonAttentionBackend}

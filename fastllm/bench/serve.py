@@ -15,28 +15,15 @@ import logging
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Optional
 
-import numpy as np
-
 from fastllm import registry
 from fastllm.bench.datasets import BenchRequest, random_requests, sharegpt_requests
+from fastllm.bench.stats import RequestResult, summarize
+from fastllm.bench.table import print_summary
 from fastllm.model_loader.resolve import embedded_model_path, resolve_load_format
-
-
-@dataclass
-class RequestResult:
-    """What the client saw of one request; times in seconds."""
-
-    ok: bool = False
-    error: str = ""
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    ttft: float = 0.0
-    latency: float = 0.0
-    itl: list[float] = field(default_factory=list)
 
 
 def load_tokenizer(model: str, tokenizer: Optional[str]) -> Any:
@@ -108,48 +95,6 @@ async def run_load(args: argparse.Namespace, requests: list[BenchRequest],
     return model, results, duration
 
 
-def summarize(results: list[RequestResult], duration: float) -> dict[str, Any]:
-    done = [r for r in results if r.ok]
-    input_tokens = sum(r.prompt_tokens for r in done)
-    output_tokens = sum(r.output_tokens for r in done)
-    ms = {
-        "ttft": [r.ttft * 1000 for r in done],
-        "tpot": [(r.latency - r.ttft) * 1000 / (r.output_tokens - 1) for r in done if r.output_tokens > 1],
-        "itl": [gap * 1000 for r in done for gap in r.itl],
-        "e2el": [r.latency * 1000 for r in done],
-    }
-    summary: dict[str, Any] = {
-        "completed": len(done), "failed": len(results) - len(done), "duration": duration,
-        "total_input_tokens": input_tokens, "total_output_tokens": output_tokens,
-        "request_throughput": len(done) / duration, "output_throughput": output_tokens / duration,
-        "total_token_throughput": (input_tokens + output_tokens) / duration,
-    }
-    for name, values in ms.items():
-        summary[f"mean_{name}_ms"] = float(np.mean(values)) if values else 0.0
-        summary[f"median_{name}_ms"] = float(np.median(values)) if values else 0.0
-        summary[f"p99_{name}_ms"] = float(np.percentile(values, 99)) if values else 0.0
-    return summary
-
-
-def print_table(summary: dict[str, Any]) -> None:
-    rows = [("Successful requests:", summary["completed"]), ("Failed requests:", summary["failed"]),
-            ("Benchmark duration (s):", summary["duration"]), ("Total input tokens:", summary["total_input_tokens"]),
-            ("Total generated tokens:", summary["total_output_tokens"]),
-            ("Request throughput (req/s):", summary["request_throughput"]),
-            ("Output token throughput (tok/s):", summary["output_throughput"]),
-            ("Total Token throughput (tok/s):", summary["total_token_throughput"])]
-    print("{s:{c}^50}".format(s=" Serving Benchmark Result ", c="="))
-    for label, value in rows:
-        print(f"{label:<40}{value:<10.2f}" if isinstance(value, float) else f"{label:<40}{value:<10}")
-    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
-                       ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
-        print("{s:{c}^50}".format(s=f" {title} ", c="-"))
-        for stat in ("mean", "median", "p99"):
-            label = f"{stat.capitalize() if stat != 'p99' else 'P99'} {key.upper()} (ms):"
-            print(f"{label:<40}{summary[f'{stat}_{key}_ms']:<10.2f}")
-    print("=" * 50)
-
-
 def build_requests(args: argparse.Namespace, tokenizer: Any) -> tuple[list[BenchRequest], list[str]]:
     if args.dataset_name == "sharegpt":
         if not args.dataset_path:
@@ -181,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     requests, prompts = build_requests(args, tokenizer)
     model, results, duration = asyncio.run(run_load(args, requests, prompts))
     summary = summarize(results, duration)
-    print_table(summary)
+    print_summary("Serving Benchmark Result", summary)
     errors = sorted({r.error for r in results if r.error})
     if errors:
         print("errors seen:", *errors[:5], sep="\n  ")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import random
 
-import torch
-
 from fastllm import LLM, SamplingParams
 from fastllm.engine.cuda_graphs import DecodeGraphs, capture_sizes
 
@@ -44,7 +42,7 @@ def test_padded_decode_graphs_keep_greedy_output(tiny_llama_dir):
 
     llm = LLM(tiny_llama_dir, **kwargs)
     runner = llm.engine.runner.runner
-    graphs = DecodeGraphs(runner._eager_forward, 6, 8, 128, torch.device("cpu"))
+    graphs = DecodeGraphs(runner._eager_forward, 6, 8, 128, runner.device)
     graphs.graphs = {size: _EagerReplay(graphs, size) for size in graphs.sizes}
     runner.graphs = graphs
     replayed = []

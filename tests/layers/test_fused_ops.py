@@ -14,6 +14,8 @@ from fastllm.layers.activation import SiluAndMul
 from fastllm.layers.layernorm import RMSNorm
 from fastllm.layers.rotary import RotaryEmbedding
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
@@ -33,21 +35,22 @@ def test_layers_match_torch(monkeypatch, dtype, tol):
     torch.manual_seed(0)
     norm = RMSNorm(96, 1e-6)
     norm.weight.data = torch.randn(96) * 0.2 + 1
-    norm = norm.to(dtype)
-    x, residual = torch.randn(7, 96, dtype=dtype), torch.randn(7, 96, dtype=dtype)
+    norm = norm.to(DEVICE, dtype)
+    x, residual = torch.randn(7, 96, dtype=dtype, device=DEVICE), torch.randn(7, 96, dtype=dtype, device=DEVICE)
     (out_a, res_a), (out_b, res_b) = _both(lambda: norm(x, residual), monkeypatch)
     assert _rel_err(out_b, out_a) < tol and _rel_err(res_b, res_a) < tol
     plain, fast = _both(lambda: norm(x), monkeypatch)
     assert _rel_err(fast, plain) < tol
 
-    gate_up = torch.randn(5, 2 * 80, dtype=dtype)
+    gate_up = torch.randn(5, 2 * 80, dtype=dtype, device=DEVICE)
     plain, fast = _both(lambda: SiluAndMul()(gate_up), monkeypatch)
     assert _rel_err(fast, plain) < tol
 
     rope = RotaryEmbedding(32, 256, 10000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
-    positions = torch.tensor([0, 3, 17, 200, 255])
-    q, k = torch.randn(5, 4, 32, dtype=dtype), torch.randn(5, 2, 32, dtype=dtype)
+    rope = rope.to(DEVICE)
+    positions = torch.tensor([0, 3, 17, 200, 255], device=DEVICE)
+    q, k = torch.randn(5, 4, 32, dtype=dtype, device=DEVICE), torch.randn(5, 2, 32, dtype=dtype, device=DEVICE)
     (qa, ka), (qb, kb) = _both(lambda: rope(positions, q.clone(), k.clone()), monkeypatch)
     assert _rel_err(qb, qa) < tol and _rel_err(kb, ka) < tol
 

@@ -20,7 +20,8 @@ import uvicorn
 
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
-from fastllm.entrypoints.openai import ServerConfig, build_app
+from fastllm.entrypoints.openai.api_server import build_app
+from fastllm.entrypoints.openai.server_config import ServerConfig
 from fastllm.entrypoints.openai.api_server import DrainingServer
 
 MODEL = "smol"

@@ -7,6 +7,7 @@ import importlib
 
 BENCHMARKS = (
     "fastllm.bench.throughput",
+    "fastllm.bench.latency",
     "fastllm.bench.serve",
 )
 

@@ -66,7 +66,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
             value = env_bool(raw) if EngineConfig.model_fields[field].annotation is bool else raw
         if value is not None:
             values[field] = value
-    values.setdefault("model", embedded_model_path())
+    if not values.get("model"):  # only now: the embedded model's package need not be installed otherwise
+        values["model"] = embedded_model_path()
     if (speculative := _speculative_config(args)) is not None:
         values.setdefault("speculative_config", speculative)
     values.update(overrides)

@@ -81,7 +81,7 @@ def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfi
 
 def run(args: argparse.Namespace) -> int:
     from fastllm.engine.async_llm import AsyncLLM
-    from fastllm.entrypoints.openai import build_app, run_server
+    from fastllm.entrypoints.openai.api_server import build_app, run_server
 
     args.model = args.model or args.model_option
     check_flags(args)

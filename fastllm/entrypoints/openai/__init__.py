@@ -1,6 +1,4 @@
-"""The OpenAI-compatible server: ``build_app(AsyncLLM, ServerConfig)`` and ``run_server``."""
+"""The OpenAI-compatible server: ``api_server.build_app(AsyncLLM, ServerConfig)`` and ``run_server``.
 
-from fastllm.entrypoints.openai.api_server import build_app, run_server
-from fastllm.entrypoints.openai.server_config import ServerConfig
-
-__all__ = ["ServerConfig", "build_app", "run_server"]
+Nothing is imported here, so the CLI and its config load without FastAPI installed.
+"""

@@ -1,0 +1,24 @@
+"""Weight bytes and parameter counts on hand-built modules; the device rates on CPU."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fastllm.bench.device_rates import copy_bandwidth, matmul_flops
+from fastllm.bench.model_size import num_parameters, weight_bytes
+
+
+def test_weight_bytes_counts_parameters_buffers_and_tied_tensors_once():
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=True)).to(torch.bfloat16)
+    model[0].register_buffer("table", torch.zeros(3, dtype=torch.float32))
+    assert num_parameters(model) == 40 + 40 + 10
+    assert weight_bytes(model) == 2 * (40 + 40 + 10) + 4 * 3
+    model[1].weight = model[0].weight  # tied: read once per step
+    assert num_parameters(model) == 40 + 10 and weight_bytes(model) == 2 * (40 + 10) + 4 * 3
+
+
+def test_device_rates_are_positive_on_cpu():
+    cpu = torch.device("cpu")
+    assert copy_bandwidth(cpu, nbytes=2**20, reps=2) > 0
+    assert matmul_flops(cpu, n=64, dtype=torch.float32, reps=2) > 0
