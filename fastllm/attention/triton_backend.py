@@ -1,15 +1,21 @@
-"""The CUDA default: fastllm-kernels' paged attention, one decode launch and one extend launch a step.
+"""The CUDA default: fastllm-kernels' paged attention, one decode and one extend launch a step.
 
-The decode path reads only tensors whose shapes are fixed by the batch size, so a decode step
-can be captured into a CUDA graph (``cuda_graph_safe``).
+The decode path reads only device tensors and launches grids fixed by their shapes (no host
+lists, no ``.item()``), so a pure-decode step can be captured into a CUDA graph. Padded graph
+rows (slot -1, seq_len 1, block table of zeros) write nothing and attend to one junk key.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
-from fastllm.attention.torch_backend import TorchAttentionBackend
+from fastllm.attention.torch_backend import write_kv_cache as torch_write_kv_cache
+
+logger = logging.getLogger(__name__)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class TritonAttentionBackend:
@@ -20,25 +26,36 @@ class TritonAttentionBackend:
         try:
             import fastllm_kernels
         except ImportError as exc:
-            raise ImportError("the triton attention backend needs fastllm-kernels: "
-                              "pip install -e kernels (or attention_backend='torch')") from exc
+            raise ImportError("the triton attention backend needs fastllm-kernels: run "
+                              "`pip install -e kernels` (or use attention_backend='torch')") from exc
         self.kernels = fastllm_kernels
-        self.fp8_fallback = TorchAttentionBackend()  # the kernels read 16/32-bit caches only
+        self._warned_fp8_store = False
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        if k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            return self.fp8_fallback.forward(query, key, value, k_cache, v_cache, meta, scale)
-        kernels = self.kernels
-        kernels.write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+        self._write(key, value, k_cache, v_cache, meta.slot_mapping)
         out = torch.empty_like(query)
         nd = meta.num_decodes
         if nd:
-            kernels.paged_decode_attention(query[:nd], k_cache, v_cache, meta.block_tables[:nd],
-                                           meta.seq_lens[:nd], scale, out=out[:nd])
+            self.kernels.paged_decode_attention(query[:nd], k_cache, v_cache, meta.block_tables[:nd],
+                                                meta.seq_lens[:nd], scale, out=out[:nd])
         if nd < meta.num_seqs:
-            first = meta.query_start_loc[nd:] - nd  # decodes hold one token each
-            kernels.paged_extend_attention(query[nd:], k_cache, v_cache, meta.block_tables[nd:], first,
-                                           meta.seq_lens[nd:], meta.max_query_len, scale, out=out[nd:])
+            # Each decode holds one token, so the extends' runs start at token nd.
+            query_start_loc = meta.query_start_loc[nd:] - nd if nd else meta.query_start_loc
+            self.kernels.paged_extend_attention(
+                query[nd:], k_cache, v_cache, meta.block_tables[nd:], query_start_loc,
+                meta.seq_lens[nd:], meta.max_query_len, scale, out=out[nd:])
         return out
+
+    def _write(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+               v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """The kernel's store, except fp8 under Triton's CPU interpreter, which rounds fp8 wrongly."""
+        if k_cache.is_cuda or k_cache.dtype not in FP8_DTYPES:
+            self.kernels.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+            return
+        if not self._warned_fp8_store:
+            logger.warning("fp8 KV cache off CUDA: the triton backend stores K/V with torch "
+                           "(the Triton interpreter rounds fp8 inexactly)")
+            self._warned_fp8_store = True
+        torch_write_kv_cache(key, value, k_cache, v_cache, slot_mapping)

@@ -121,7 +121,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            num_splits: Optional[int] = None) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
-    q ``[B, H, D]``; caches ``[num_blocks, block_size, KVH, D]``; ``block_tables`` int32
+    q ``[B, H, D]``; caches ``[num_blocks, block_size, KVH, D]`` in q's dtype or fp8 (upcast to
+    q's dtype as loaded; e4m3 needs compute capability 8.9+); ``block_tables`` int32
     ``[B, max_blocks]``; ``seq_lens`` int32 ``[B]`` counts the context including this step's
     token (already in the cache). ``num_splits`` overrides the context-splitting heuristic;
     it fixes the grid, so keep it constant across CUDA-graph replays (the default depends only

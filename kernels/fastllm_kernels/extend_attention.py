@@ -114,7 +114,8 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     keys (cached prefix plus this step's tokens, already written) live in the blocks of
     ``block_tables[b]``. Query ``i`` sits at position ``seq_len - query_len + i`` and sees keys
     up to and including that position. ``max_query_len`` sizes the grid and must bound every
-    run (an over-estimate only launches idle programs).
+    run (an over-estimate only launches idle programs). The caches may be fp8 (upcast to q's
+    dtype as loaded; e4m3 needs compute capability 8.9+).
     """
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape

@@ -3,6 +3,9 @@
 Cache layout: ``[num_blocks, block_size, num_kv_heads, head_dim]``, so one slot
 (``block_id * block_size + offset``) holds all kv heads of one token contiguously and a
 token is one contiguous copy. Negative slots are padding (CUDA-graph batches) and are skipped.
+
+fp8 caches (``float8_e4m3fn``, ``float8_e5m2``) hold values unscaled, clamped to the format's
+finite range first: a plain cast of an out-of-range value gives NaN (e4m3) or inf (e5m2).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ def _write_kv_cache_kernel(
     key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh, stride_cache_slot,
     NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SATURATE: tl.constexpr,
 ):
     token = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + token)
@@ -29,6 +33,9 @@ def _write_kv_cache_kernel(
     dst = slot * stride_cache_slot + heads[:, None] * HEAD_DIM + dims[None, :]
     k = tl.load(src_k, mask=mask)
     v = tl.load(src_v, mask=mask)
+    if SATURATE > 0:  # fp8 cache: clamp to its largest finite value, then round
+        k = tl.minimum(tl.maximum(k.to(tl.float32), -SATURATE), SATURATE)
+        v = tl.minimum(tl.maximum(v.to(tl.float32), -SATURATE), SATURATE)
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
@@ -50,8 +57,13 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
         key, value, k_cache, v_cache, slot_mapping,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1), k_cache.stride(1),
         NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
-        HEAD_DIM=head_dim, num_warps=4,
+        HEAD_DIM=head_dim, SATURATE=_fp8_max(k_cache.dtype), num_warps=4,
     )
+
+
+def _fp8_max(dtype: torch.dtype) -> float:
+    """The clamp limit of an fp8 cache; 0.0 (no clamp) for 16/32-bit caches."""
+    return torch.finfo(dtype).max if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else 0.0
 
 
 def write_kv_cache_ref(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -59,5 +71,8 @@ def write_kv_cache_ref(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Te
     """Plain torch version of :func:`write_kv_cache`."""
     valid = slot_mapping >= 0
     slots = slot_mapping[valid]
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = key[valid].to(k_cache.dtype)
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = value[valid].to(v_cache.dtype)
+    limit = _fp8_max(k_cache.dtype)
+    for x, cache in ((key[valid], k_cache), (value[valid], v_cache)):
+        if limit:  # fp8: clamp, round, then copy bytes (CPU index kernels lack fp8)
+            x, cache = x.clamp(-limit, limit).to(cache.dtype).view(torch.uint8), cache.view(torch.uint8)
+        cache.view(-1, *cache.shape[2:])[slots] = x.to(cache.dtype)

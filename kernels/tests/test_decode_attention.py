@@ -42,3 +42,18 @@ def test_decode_splits_a_long_context():
                                      block_tables, seq_lens, 0.125)
 
     assert rel_err(out, ref) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_reads_fp8_cache(dtype, cache_dtype):
+    """fp8 caches are upcast to the query's dtype as they are loaded."""
+    k_cache, v_cache, block_tables = paged_kv(SEQ_LENS, 16, 2, 64, cache_dtype)
+    seq_lens = torch.tensor(SEQ_LENS, dtype=torch.int32, device=DEVICE)
+    q = randn(len(SEQ_LENS), 8, 64, dtype=dtype)
+
+    out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, 0.125, out=nan_like(q))
+    ref = paged_decode_attention_ref(q.double(), k_cache.double(), v_cache.double(),
+                                     block_tables, seq_lens, 0.125)
+
+    assert rel_err(out, ref) < TOLERANCE[dtype]

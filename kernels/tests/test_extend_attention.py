@@ -9,9 +9,11 @@ PREFILL = [(0, 70), (100, 5), (37, 1), (64, 64), (0, 3)]
 VERIFY = [(90, 4), (15, 2), (200, 8), (7, 3)]
 
 
-def run(runs, dtype, block_size, num_heads, num_kv_heads, head_dim, max_query_len=None):
+def run(runs, dtype, block_size, num_heads, num_kv_heads, head_dim, max_query_len=None,
+        cache_dtype=None):
     lens = [prefix + q_len for prefix, q_len in runs]
-    k_cache, v_cache, block_tables = paged_kv(lens, block_size, num_kv_heads, head_dim, dtype)
+    k_cache, v_cache, block_tables = paged_kv(lens, block_size, num_kv_heads, head_dim,
+                                              cache_dtype or dtype)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     q_lens = torch.tensor([0] + [q_len for _, q_len in runs])
     query_start_loc = q_lens.cumsum(0).to(torch.int32).to(DEVICE)
@@ -45,3 +47,10 @@ def test_speculative_verification_matches_reference(dtype):
 
 def test_overestimated_max_query_len_is_harmless():
     assert run(VERIFY, torch.float32, 32, 4, 1, 64, max_query_len=40) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_extend_reads_fp8_cache(dtype, cache_dtype):
+    """fp8 caches are upcast to the query's dtype as they are loaded."""
+    assert run(PREFILL, dtype, 16, 8, 2, 64, cache_dtype=cache_dtype) < TOLERANCE[dtype]

@@ -22,3 +22,45 @@ def test_write_kv_cache_matches_reference(dtype, block_size, num_kv_heads, head_
     write_kv_cache_ref(key, value, k_ref, v_ref, slots)
 
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_write_fp8_cache_saturates(cache_dtype):
+    """Out-of-range values clamp to the largest finite fp8 value instead of becoming NaN/inf.
+
+    The inputs are otherwise exactly representable: the interpreter rounds fp8 inexactly.
+    """
+    limit = torch.finfo(cache_dtype).max
+    key, value = (randn(6, 2, 32, dtype=torch.float32).to(cache_dtype).float() for _ in range(2))
+    key[0, 0, :4] = torch.tensor([3 * limit, -3 * limit, float("inf"), -float("inf")])
+    value[1, 1, :2] = torch.tensor([2 * limit, -2 * limit])
+    slots = torch.tensor([3, 17, -1, 0, 30, 8], device=DEVICE)
+    k_cache = torch.zeros(2, 16, 2, 32, dtype=cache_dtype, device=DEVICE)
+    v_cache = torch.zeros_like(k_cache)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+
+    write_kv_cache(key, value, k_cache, v_cache, slots)
+    write_kv_cache_ref(key, value, k_ref, v_ref, slots)
+
+    assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8))
+    assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8))
+    assert k_cache.float().view(-1, 2, 32)[3, 0, :4].tolist() == [limit, -limit, limit, -limit]
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the interpreter rounds fp8 inexactly")
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_fp8_cache_rounds_as_torch(dtype, cache_dtype):
+    """Any input (a third of it past the format's range) lands in the same bytes as torch's cast."""
+    key, value = (randn(9, 2, 64, dtype=dtype) * torch.finfo(cache_dtype).max for _ in range(2))
+    slots = torch.randperm(64, device=DEVICE)[:9]
+    slots[4] = -1
+    k_cache = torch.zeros(4, 16, 2, 64, dtype=cache_dtype, device=DEVICE)
+    v_cache = torch.zeros_like(k_cache)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+
+    write_kv_cache(key, value, k_cache, v_cache, slots)
+    write_kv_cache_ref(key, value, k_ref, v_ref, slots)
+
+    assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8))
+    assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8))

@@ -101,7 +101,9 @@ def test_worker_crash_raises_instead_of_hanging(tiny_llama_dir):
         worker = _workers(llm)[0]
         os.kill(worker.pid, signal.SIGKILL)
         worker.join(timeout=10)
-        with pytest.raises(WorkerError, match="exited with code -9"):
+        # the code is -9, or None when another part of the test process (an asyncio child
+        # watcher left by the server tests) reaped the worker first; the point is no hang
+        with pytest.raises(WorkerError, match=f"{worker.name} exited with code (-9|None)"):
             llm.generate([{"prompt_token_ids": TINY_PROMPTS[0]}], SamplingParams(max_tokens=4), use_tqdm=False)
     finally:
         llm.shutdown()
