@@ -35,15 +35,7 @@ def test_write_fp8_cache_saturates(cache_dtype):
     key[0, 0, :4] = torch.tensor([3 * limit, -3 * limit, float("inf"), -float("inf")])
     value[1, 1, :2] = torch.tensor([2 * limit, -2 * limit])
     slots = torch.tensor([3, 17, -1, 0, 30, 8], device=DEVICE)
-    k_cache = torch.zeros(2, 16, 2, 32, dtype=cache_dtype, device=DEVICE)
-    v_cache = torch.zeros_like(k_cache)
-    k_ref, v_ref = k_cache.clone(), v_cache.clone()
-
-    write_kv_cache(key, value, k_cache, v_cache, slots)
-    write_kv_cache_ref(key, value, k_ref, v_ref, slots)
-
-    assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8))
-    assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8))
+    k_cache = _write_matches_ref(key, value, slots, (2, 16, 2, 32), cache_dtype)
     assert k_cache.float().view(-1, 2, 32)[3, 0, :4].tolist() == [limit, -limit, limit, -limit]
 
 
@@ -55,12 +47,17 @@ def test_write_fp8_cache_rounds_as_torch(dtype, cache_dtype):
     key, value = (randn(9, 2, 64, dtype=dtype) * torch.finfo(cache_dtype).max for _ in range(2))
     slots = torch.randperm(64, device=DEVICE)[:9]
     slots[4] = -1
-    k_cache = torch.zeros(4, 16, 2, 64, dtype=cache_dtype, device=DEVICE)
+    _write_matches_ref(key, value, slots, (4, 16, 2, 64), cache_dtype)
+
+
+def _write_matches_ref(key: torch.Tensor, value: torch.Tensor, slots: torch.Tensor, shape: tuple[int, ...],
+                       cache_dtype: torch.dtype) -> torch.Tensor:
+    """Write through the kernel and the reference into zeroed fp8 caches; both must hold the same bytes."""
+    k_cache = torch.zeros(shape, dtype=cache_dtype, device=DEVICE)
     v_cache = torch.zeros_like(k_cache)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
-
     write_kv_cache(key, value, k_cache, v_cache, slots)
     write_kv_cache_ref(key, value, k_ref, v_ref, slots)
-
     assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8))
     assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8))
+    return k_cache
