@@ -35,6 +35,7 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
+    async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA, one rank)
     quantization: Optional[str] = None
     reasoning_parser: Optional[str] = None
     tool_call_parser: Optional[str] = None

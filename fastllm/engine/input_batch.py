@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.platforms.transfer import to_device
+
+
+@dataclass
+class SampledTokens:
+    """The last queued step's sampled tokens, still on the device, and each sequence's row in them."""
+
+    tokens: torch.Tensor
+    rows: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -19,7 +29,10 @@ class ModelInputs:
     token_offsets: list[int]  # where each sequence's tokens start in the packed batch
 
 
-def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: torch.device) -> ModelInputs:
+def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: torch.device,
+                previous: Optional[SampledTokens] = None) -> ModelInputs:
+    """Two host-to-device copies (the int64 and the int32 fields); a token the previous step
+    sampled but the host has not read is copied from ``previous`` on the device."""
     order = sorted(scheduled, key=lambda s: s.num_new_tokens != 1)
     input_ids: list[int] = []
     positions: list[int] = []
@@ -27,11 +40,18 @@ def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: tor
     query_lens: list[int] = []
     seq_lens: list[int] = []
     offsets: list[int] = []
+    fill_at: list[int] = []
+    fill_from: list[int] = []
     for item in order:
         seq, start = item.seq, item.seq.num_computed_tokens
         known = item.num_new_tokens - item.num_draft_tokens
         offsets.append(len(input_ids))
-        input_ids += seq.token_ids[start:start + known] + seq.draft_token_ids[: item.num_draft_tokens]
+        tokens = seq.token_slice(start, start + known)
+        if len(tokens) < known:  # the last one is still on the device
+            fill_at.append(len(input_ids) + len(tokens))
+            fill_from.append(previous.rows[seq.seq_id])
+            tokens.append(0)
+        input_ids += tokens + seq.draft_token_ids[: item.num_draft_tokens]
         end = start + item.num_new_tokens
         positions += range(start, end)
         table = seq.block_table
@@ -39,23 +59,41 @@ def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: tor
         query_lens.append(item.num_new_tokens)
         seq_lens.append(end)
     max_blocks = max(len(item.seq.block_table) for item in order)
-    tables = [item.seq.block_table + [0] * (max_blocks - len(item.seq.block_table)) for item in order]
+    tables: list[int] = []
+    for item in order:
+        tables += item.seq.block_table + [0] * (max_blocks - len(item.seq.block_table))
     query_start = [0]
     for q in query_lens:
         query_start.append(query_start[-1] + q)
 
-    def tensor(values, dtype):
-        return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
-
+    longs = _packed([input_ids, positions, slots, fill_at, fill_from], torch.int64, device)
+    ints = _packed([query_start, seq_lens, tables], torch.int32, device)
+    ids = longs[0]
+    if fill_at:
+        ids[longs[3]] = previous.tokens[longs[4]]
     meta = AttentionMetadata(
-        slot_mapping=tensor(slots, torch.int64),
-        query_start_loc=tensor(query_start, torch.int32),
-        seq_lens=tensor(seq_lens, torch.int32),
-        block_tables=tensor(tables, torch.int32),
+        slot_mapping=longs[2],
+        query_start_loc=ints[0],
+        seq_lens=ints[1],
+        block_tables=ints[2].view(len(order), max_blocks),
         num_decodes=sum(1 for q in query_lens if q == 1),
         max_query_len=max(query_lens),
         max_seq_len=max(seq_lens),
         query_lens_cpu=query_lens,
         seq_lens_cpu=seq_lens,
     )
-    return ModelInputs(tensor(input_ids, torch.int64), tensor(positions, torch.int64), meta, order, offsets)
+    return ModelInputs(ids, longs[1], meta, order, offsets)
+
+
+def _packed(fields: list[list[int]], dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+    """The fields as views of one device buffer, each starting 16-byte aligned (Triton
+    specialises kernels on pointer alignment, so a misaligned view would compile a variant)."""
+    per_16_bytes = 16 // dtype.itemsize
+    values: list[int] = []
+    bounds = []
+    for values_of_field in fields:
+        values += [0] * (-len(values) % per_16_bytes)
+        bounds.append((len(values), len(values) + len(values_of_field)))
+        values += values_of_field
+    buffer = to_device(values, dtype, device)
+    return [buffer[start:end] for start, end in bounds]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -14,7 +15,8 @@ from fastllm.engine.detokenizer import IncrementalDetokenizer
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.request_state import RequestState, SampleState
-from fastllm.engine.scheduler import Scheduler
+from fastllm.engine.pending_step import PendingStep
+from fastllm.engine.scheduler import ScheduledSequence, Scheduler
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import resolve_load_format
@@ -22,6 +24,16 @@ from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("fastllm")
+
+
+@dataclass
+class InFlightStep:
+    """A launched step whose tokens the engine has not read yet."""
+
+    scheduled: list[ScheduledSequence]
+    sampling: list[Sequence]  # the sequences that get a token from it
+    pending: PendingStep
+    launch_time: float
 
 
 def select_platform(name: Optional[str]) -> Any:
@@ -68,6 +80,8 @@ class LLMEngine:
         self.eos_token_ids = self._eos_token_ids()
         self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
         self.speculator = self._speculative_decoder()
+        self.overlap = self._overlap_steps()
+        self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
         self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
                                      if config.reasoning_parser else None)
@@ -111,6 +125,18 @@ class LLMEngine:
         if not spec:
             return None
         return registry.get("speculative_decoders", spec.get("method", "lookahead"))(spec, self.config)
+
+    def _overlap_steps(self) -> bool:
+        """Async scheduling: on where launches return early (CUDA, one rank), unless configured.
+
+        Drafts are proposed from the tokens of the step before, so speculative decoding
+        runs steps one after the other."""
+        wanted = self.config.async_scheduling
+        if self.speculator is not None:
+            if wanted:
+                logger.warning("async_scheduling is off: speculative decoding needs each step's tokens first")
+            return False
+        return self.runner.overlaps_steps if wanted is None else wanted
 
     # ---- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
@@ -173,27 +199,63 @@ class LLMEngine:
 
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled batch; return the current output of every request that advanced."""
+        """Run one scheduled batch; return the current output of every request that advanced.
+
+        With ``overlap`` the batch is queued on the device before the tokens of the batch
+        before it are read, so the host's work (reading tokens, stop checks, detokenizing,
+        scheduling, packing inputs) runs while the device computes; outputs then trail the
+        launch by one call. A running sequence whose next logits need its latest token on
+        the host (a grammar, penalties) makes the engine read the step in flight first.
+        """
+        previous, self.in_flight = self.in_flight, None
+        if previous is not None and not self._can_overlap():
+            return self._finish(previous)
         if self.speculator is not None:
             self._propose_drafts()
         out = self.scheduler.schedule()
-        if not out.scheduled:
-            return []
+        if out.scheduled:
+            launched = self._launch(out.scheduled)
+            if not self.overlap:
+                return self._finish(launched)
+            self.in_flight = launched
+        return self._finish(previous) if previous is not None else []
+
+    def _can_overlap(self) -> bool:
+        return not any(seq.num_pending_tokens and seq.needs_host_tokens for seq in self.scheduler.running)
+
+    def _launch(self, scheduled: list[ScheduledSequence]) -> "InFlightStep":
         now = time.time()
-        for item in out.scheduled:
+        for item in scheduled:
             metrics = self.requests[item.seq.request_id].metrics
             if metrics.inference_start_time is None:
                 metrics.inference_start_time = now
                 metrics.time_in_queue = now - metrics.arrival_time
         start = time.perf_counter()
-        results = self.runner.execute(out.scheduled)
-        forward_time = time.perf_counter() - start
-        for item in out.scheduled:
-            item.num_accepted_drafts = results[item.seq.seq_id].num_accepted_drafts
-        self.scheduler.update(out.scheduled)
+        sampling = [item.seq for item in scheduled if item.samples]
+        step = InFlightStep(scheduled, sampling, self.runner.launch(scheduled), time.perf_counter() - start)
+        if self.overlap:  # drafts never run here, so the counts advance now, tokens pending
+            self.scheduler.update(scheduled)
+            for seq in sampling:
+                seq.num_pending_tokens += 1
+        return step
+
+    def _finish(self, step: "InFlightStep") -> list[RequestOutput]:
+        """Read a launched step's tokens and hand them to their requests."""
+        start = time.perf_counter()
+        results = step.pending.results()
+        forward_time = step.launch_time + time.perf_counter() - start
+        if self.overlap:
+            for seq in step.sampling:
+                seq.num_pending_tokens -= 1
+        else:
+            for item in step.scheduled:
+                item.num_accepted_drafts = results[item.seq.seq_id].num_accepted_drafts
+            self.scheduler.update(step.scheduled)
         touched: dict[str, RequestState] = {}
-        for item in out.scheduled:
+        for item in step.scheduled:
             seq, result = item.seq, results[item.seq.seq_id]
+            if seq.is_finished:  # finished or aborted by an earlier step while this one ran
+                continue
             state = self.requests[seq.request_id]
             state.metrics.model_forward_time += forward_time
             touched[seq.request_id] = state

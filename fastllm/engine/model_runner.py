@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -14,29 +13,20 @@ from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forwar
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import tp_size
 from fastllm.engine.cuda_graphs import DecodeGraphs
-from fastllm.engine.input_batch import ModelInputs, pack_inputs
+from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
+from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
 from fastllm.outputs import Logprobs
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
 from fastllm.sampling_params import SamplingParams
-from fastllm.sampling.sampler import Sampler, top_logprobs
+from fastllm.platforms.transfer import to_device
+from fastllm.sampling.sampler import Sampler
 from fastllm.spec_decode.verify import DraftGroup, verify_drafts
 
 logger = logging.getLogger(__name__)
 PROMPT_LOGPROB_CHUNK = 256
-
-
-@dataclass
-class SequenceResult:
-    """What one step produced for one sequence."""
-
-    new_token_ids: list[int] = field(default_factory=list)
-    token_logprobs: list[float] = field(default_factory=list)
-    logprobs: list[Optional[Logprobs]] = field(default_factory=list)
-    num_accepted_drafts: int = 0
-    prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -64,6 +54,7 @@ class ModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self.graphs: Optional[DecodeGraphs] = None
+        self.last_sampled: Optional[SampledTokens] = None
 
     # ---- KV cache -------------------------------------------------------------------------
     def kv_cache_dtype(self) -> torch.dtype:
@@ -95,13 +86,18 @@ class ModelRunner:
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
-        inputs = pack_inputs(scheduled, self.block_size, self.device)
+    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
+        """Queue one step on the device and return without waiting for it, where the step allows.
+
+        A scheduled token that the previous launch sampled and the host has not read yet is
+        read on the device. Prompt logprobs and draft verification need values on the host,
+        so a step with either has finished when this returns.
+        """
+        inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
         hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
-        self._sample(hidden, inputs, results)
-        return results
+        return self._sample(hidden, inputs, results)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_metadata: AttentionMetadata) -> torch.Tensor:
@@ -122,10 +118,12 @@ class ModelRunner:
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         """Logits of ``hidden[rows]`` over the full vocabulary (the LM head all-gathers them)."""
-        index = rows if isinstance(rows, slice) else torch.tensor(rows, device=hidden.device)
+        if isinstance(rows, list) and rows == list(range(rows[0], rows[0] + len(rows))):
+            rows = slice(rows[0], rows[0] + len(rows))  # decodes: a view, nothing to copy
+        index = rows if isinstance(rows, slice) else to_device(rows, torch.int64, hidden.device)
         return self.model.compute_logits(hidden[index])
 
-    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult]) -> None:
+    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult]) -> PendingStep:
         rows: list[SamplingRow] = []
         row_index: list[int] = []
         owners: list[tuple[ScheduledSequence, int]] = []
@@ -139,29 +137,26 @@ class ModelRunner:
                 rows.append(SamplingRow(seq, seq.output_token_ids + drafts[:j]))
                 row_index.append(first + j)
         if not rows:
-            return
+            return PendingStep(results)
         logits = self.compute_logits(hidden, row_index)
         batch = SamplingBatch.build(rows, logits.device)
         dist = self.sampler.distribution(logits, batch, self.structured_output)
-        if any(item.num_draft_tokens for item, _ in owners):
-            verified = verify_drafts(dist.probs, dist.greedy_tokens, [
-                DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
-                           item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])
-        else:
-            verified = [[token] for token in self.sampler.sample(dist, batch).tolist()]
+        top_k = [row.seq.sampling_params.logprobs for row in rows]
+        if not any(item.num_draft_tokens for item, _ in owners):
+            tokens = self.sampler.sample(dist, batch)
+            self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
+            return PendingStep(results, [SampledRows(item.seq.seq_id, start) for item, start in owners],
+                               tokens, dist.logits, dist.logsumexp, top_k)
+        verified = verify_drafts(dist.probs, dist.greedy_tokens, [
+            DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
+                       item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])
         all_tokens: list[int] = []
-        for (item, start), tokens in zip(owners, verified):
-            drafts = item.seq.draft_token_ids[: item.num_draft_tokens]
-            result = results[item.seq.seq_id]
-            result.new_token_ids = tokens
-            result.num_accepted_drafts = len(tokens) - 1
-            all_tokens += tokens + [0] * (len(drafts) + 1 - len(tokens))
-        chosen, tops = top_logprobs(dist.logprobs, all_tokens, batch)
-        for item, start in owners:
-            result = results[item.seq.seq_id]
-            n = len(result.new_token_ids)
-            result.token_logprobs = chosen[start:start + n]
-            result.logprobs = tops[start:start + n]
+        for (item, _), accepted in zip(owners, verified):
+            all_tokens += accepted + [0] * (item.num_draft_tokens + 1 - len(accepted))
+        tokens = to_device(all_tokens, torch.int64, logits.device)
+        return PendingStep(results, [SampledRows(item.seq.seq_id, start, accepted)
+                                     for (item, start), accepted in zip(owners, verified)],
+                           tokens, dist.logits, dist.logsumexp, top_k)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
                          results: dict[int, SequenceResult]) -> None:

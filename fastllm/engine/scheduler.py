@@ -22,7 +22,7 @@ class ScheduledSequence:
     def samples(self) -> bool:
         """True when this step reaches the end of the known tokens, so a new token is sampled."""
         return (self.seq.num_computed_tokens + self.num_new_tokens - self.num_draft_tokens
-                >= self.seq.num_tokens)
+                >= self.seq.num_tokens + self.seq.num_pending_tokens)
 
 
 @dataclass
@@ -39,7 +39,9 @@ class Scheduler:
     """Two queues, ``waiting`` and ``running``; ``schedule()`` says what runs next step.
 
     Running sequences are served first (oldest first); when the KV pool runs dry the
-    newest running sequence is preempted and recomputed later.
+    newest running sequence is preempted and recomputed later. A token still pending on the
+    device counts as known: its sequence is scheduled to decode it, and the runner reads it
+    there, unless the pending tokens already end the sequence.
     """
 
     def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
@@ -63,11 +65,11 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         scheduled_running: list[Sequence] = []
-        queue = list(self.running)
+        queue = deque(seq for seq in self.running if not seq.finishes_with_pending)
         while queue and budget > 0:
-            seq = queue.pop(0)
+            seq = queue.popleft()
             drafts = len(seq.draft_token_ids)
-            wanted = seq.num_tokens + drafts - seq.num_computed_tokens
+            wanted = seq.num_tokens + seq.num_pending_tokens + drafts - seq.num_computed_tokens
             if wanted > budget and drafts:
                 seq.draft_token_ids = seq.draft_token_ids[: max(0, budget - (wanted - drafts))]
                 drafts = len(seq.draft_token_ids)
@@ -86,8 +88,9 @@ class Scheduler:
                 scheduled_running.append(seq)
                 out.scheduled.append(ScheduledSequence(seq, num_new, drafts if num_new == wanted else 0))
                 budget -= num_new
-        self.running = scheduled_running + [s for s in self.running
-                                            if s not in scheduled_running and s.status is SequenceStatus.RUNNING]
+        scheduled_ids = {seq.seq_id for seq in scheduled_running}
+        self.running = scheduled_running + [s for s in self.running if s.seq_id not in scheduled_ids
+                                            and s.status is SequenceStatus.RUNNING]
         if not out.preempted:
             self._admit_waiting(out, budget)
         return out
@@ -95,6 +98,8 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if seq.num_pending_tokens:  # preempted while its token was in flight: recompute once it is read
+                break
             cached = self.kv_cache.match_prefix(seq) if seq.num_computed_tokens == 0 else []
             cached_tokens = len(cached) * self.kv_cache.block_size
             remaining = seq.num_tokens - seq.num_computed_tokens - cached_tokens

@@ -26,8 +26,10 @@ _seq_ids = itertools.count()
 class Sequence:
     """A request's prompt plus one of its ``n`` samples.
 
-    ``num_computed_tokens`` counts tokens whose keys and values are in the cache;
-    the scheduler advances it, a preemption resets it to zero (recompute).
+    ``num_computed_tokens`` counts tokens whose keys and values are in the cache (or are
+    being written by a step in flight); the scheduler advances it, a preemption resets it to
+    zero (recompute). ``num_pending_tokens`` counts tokens a step in flight has sampled on the
+    device that the host has not read yet: they follow ``output_token_ids``.
     """
 
     request_id: str
@@ -40,6 +42,7 @@ class Sequence:
     output_token_ids: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed_tokens: int = 0
+    num_pending_tokens: int = 0
     num_cached_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)
@@ -58,6 +61,15 @@ class Sequence:
     def token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
 
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """``token_ids[start:end]`` without building the whole list."""
+        n = len(self.prompt_token_ids)
+        if start >= n:
+            return self.output_token_ids[start - n:end - n]
+        if end <= n:
+            return self.prompt_token_ids[start:end]
+        return self.prompt_token_ids[start:] + self.output_token_ids[:end - n]
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
@@ -73,6 +85,24 @@ class Sequence:
     @property
     def last_token_id(self) -> int:
         return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    @property
+    def needs_host_tokens(self) -> bool:
+        """Its next logits depend on the values of its latest tokens (grammar, penalties, bad
+        words, min_tokens still counting), so it cannot decode a token the host has not read."""
+        params = self.sampling_params
+        return (self.structured_state is not None or params.needs_penalties or bool(self.bad_words_token_ids)
+                or len(self.output_token_ids) < params.min_tokens)
+
+    @property
+    def finishes_with_pending(self) -> bool:
+        """Its pending tokens reach max_tokens or max_model_len: scheduling more would be wasted."""
+        if not self.num_pending_tokens:
+            return False
+        max_tokens = self.sampling_params.max_tokens
+        num_output = len(self.output_token_ids) + self.num_pending_tokens
+        return ((max_tokens is not None and num_output >= max_tokens)
+                or self.num_tokens + self.num_pending_tokens >= self.max_model_len)
 
     def append_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)

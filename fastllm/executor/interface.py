@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fastllm.engine.model_runner import SequenceResult
+from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
 
 
@@ -15,8 +15,12 @@ class Executor(Protocol):
     engine's block pool describes all of them.
     """
 
-    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
-        """Run one step; new tokens (and logprobs) keyed by ``seq_id``."""
+    overlaps_steps: bool
+    """Whether ``launch`` returns before the device has run the step, so that the engine gains
+    by preparing the next step before it reads this one's tokens."""
+
+    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
+        """Queue one step; its ``results()`` are the new tokens (and logprobs) keyed by ``seq_id``."""
         ...
 
     def bytes_per_block(self) -> int:

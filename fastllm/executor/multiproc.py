@@ -10,7 +10,8 @@ import torch
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.config import EngineConfig
 from fastllm.distributed.process_group import free_tcp_port
-from fastllm.engine.model_runner import ModelRunner, SequenceResult
+from fastllm.engine.model_runner import ModelRunner
+from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.executor.step_wire import encode_forward
 from fastllm.executor.worker import WorkerSpec
@@ -65,9 +66,11 @@ class MultiprocExecutor:
             self.shutdown()
             raise
 
-    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
+    overlaps_steps = False  # every forward sends its inputs to the workers as host values
+
+    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
         try:
-            return self.runner.execute(scheduled)
+            return self.runner.launch(scheduled)
         except Exception:
             self.workers.check()  # a dead worker explains a failed collective better than gloo does
             raise

@@ -8,7 +8,8 @@ import torch
 
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import tp_size
-from fastllm.engine.model_runner import ModelRunner, SequenceResult
+from fastllm.engine.model_runner import ModelRunner
+from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
 
 
@@ -20,9 +21,10 @@ class UniprocExecutor:
                                "so the layers would shard over it: shut the tensor-parallel LLM down "
                                "before building a single-process one")
         self.runner = ModelRunner(config, hf_config, platform, loader, dtype, structured_output)
+        self.overlaps_steps = platform.device.type == "cuda"
 
-    def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, SequenceResult]:
-        return self.runner.execute(scheduled)
+    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
+        return self.runner.launch(scheduled)
 
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 
 from fastllm.engine.sequence import Sequence
+from fastllm.platforms.transfer import to_device
 
 
 @dataclass
@@ -34,7 +35,6 @@ class SamplingBatch:
     any_top_k: bool
     any_min_p: bool
     any_penalties: bool
-    max_logprobs: int
     matchers: list[Optional[Any]]
 
     @classmethod
@@ -42,17 +42,19 @@ class SamplingBatch:
         params = [r.seq.sampling_params for r in rows]
         temperature = [0.0 if p.greedy else p.temperature for p in params]
         top_k = [p.top_k if p.top_k > 0 else 0 for p in params]
+        # one copy for the four columns; float32 holds every top_k below 2**24 exactly
+        table = to_device(temperature + [p.top_p for p in params] + top_k + [p.min_p for p in params],
+                          torch.float32, device).view(4, len(rows))
         return cls(
             rows=rows,
-            temperature=torch.tensor(temperature, dtype=torch.float32, device=device),
-            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-            top_k=torch.tensor(top_k, dtype=torch.int64, device=device),
-            min_p=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+            temperature=table[0],
+            top_p=table[1],
+            top_k=table[2].long(),
+            min_p=table[3],
             all_greedy=all(t == 0.0 for t in temperature),
             any_top_p=any(p.top_p < 1.0 for p in params),
             any_top_k=any(k > 0 for k in top_k),
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalties=any(p.needs_penalties for p in params),
-            max_logprobs=max((p.logprobs or 0 for p in params), default=0),
             matchers=[r.seq.structured_state for r in rows],
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from fastllm.platforms.transfer import to_device
 from fastllm.sampling.batch import SamplingBatch
 
 NEG_INF = float("-inf")
@@ -44,9 +45,9 @@ def _apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> None:
         params = row.seq.sampling_params
         if not params.needs_penalties:
             continue
-        output = torch.tensor(row.output_token_ids, dtype=torch.int64, device=logits.device)
+        output = to_device(row.output_token_ids, torch.int64, logits.device)
         if params.repetition_penalty != 1.0:
-            seen = torch.cat([torch.tensor(row.seq.prompt_token_ids, device=logits.device), output]).unique()
+            seen = torch.cat([to_device(row.seq.prompt_token_ids, torch.int64, logits.device), output]).unique()
             seen = seen[seen < vocab]
             values = logits[i, seen]
             rp = params.repetition_penalty

@@ -8,18 +8,19 @@ from typing import Any, Optional
 
 import torch
 
-from fastllm.outputs import Logprobs
 from fastllm.sampling.batch import SamplingBatch
 from fastllm.sampling.logits_processors import apply_logit_edits
 
 
 @dataclass
 class Distribution:
-    """Per row: the probabilities to sample from (one-hot for greedy rows) and the logprobs
-    reported to the user (processed logits, before temperature and truncation)."""
+    """Per row: the probabilities to sample from (one-hot for greedy rows; None when every row
+    is greedy) and what the reported logprobs come from: the processed logits, before
+    temperature and truncation, less their log-sum-exp."""
 
-    probs: torch.Tensor
-    logprobs: torch.Tensor
+    probs: Optional[torch.Tensor]
+    logits: torch.Tensor
+    logsumexp: torch.Tensor
     greedy_tokens: torch.Tensor
 
 
@@ -48,15 +49,11 @@ def exponential_noise(shape: torch.Size, batch: SamplingBatch, device: torch.dev
     """Exp(1) noise per row; a seeded row draws only from its own generator, so its tokens
     do not depend on the rest of the batch."""
     noise = torch.empty(shape, device=device)
-    unseeded = []
-    for i, row in enumerate(batch.rows):
-        if row.seq.generator is not None:
-            noise[i].exponential_(generator=row.seq.generator)
-        else:
-            unseeded.append(i)
-    if unseeded:
-        idx = torch.tensor(unseeded, device=device)
-        noise[idx] = torch.empty((len(unseeded), shape[-1]), device=device).exponential_()
+    seeded = [i for i, row in enumerate(batch.rows) if row.seq.generator is not None]
+    if len(seeded) < len(batch.rows):
+        noise.exponential_()
+    for i in seeded:
+        noise[i].exponential_(generator=batch.rows[i].seq.generator)
     return noise
 
 
@@ -69,17 +66,16 @@ class Sampler:
             logits = self._edit_and_mask(logits, batch, structured_output)
         else:
             logits = apply_logit_edits(logits, batch)
-        logprobs = logits.log_softmax(dim=-1)
+        logsumexp = logits.logsumexp(dim=-1)
         greedy_tokens = logits.argmax(dim=-1)
-        if batch.all_greedy:
-            probs = torch.zeros_like(logits).scatter_(-1, greedy_tokens[:, None], 1.0)
-        else:
+        probs = None
+        if not batch.all_greedy:
             greedy = batch.temperature == 0.0
             scaled = logits / torch.where(greedy, 1.0, batch.temperature)[:, None]
             probs = mask_top_k_top_p_min_p(scaled, batch).softmax(dim=-1)
             one_hot = torch.zeros_like(probs).scatter_(-1, greedy_tokens[:, None], 1.0)
             probs = torch.where(greedy[:, None], one_hot, probs)
-        return Distribution(probs, logprobs, greedy_tokens)
+        return Distribution(probs, logits, logsumexp, greedy_tokens)
 
     @staticmethod
     def _edit_and_mask(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:
@@ -101,19 +97,3 @@ class Sampler:
         noise = exponential_noise(dist.probs.shape, batch, dist.probs.device)
         sampled = (dist.probs / noise).argmax(dim=-1)
         return torch.where(batch.temperature == 0.0, dist.greedy_tokens, sampled)
-
-
-def top_logprobs(logprobs: torch.Tensor, tokens: list[int], batch: SamplingBatch) -> tuple[list[float], list[Optional[Logprobs]]]:
-    """The chosen tokens' logprobs, and for rows that asked, the top-k dict (chosen token included)."""
-    chosen = logprobs.gather(-1, torch.tensor(tokens, device=logprobs.device)[:, None]).squeeze(-1).tolist()
-    tops: list[Optional[Logprobs]] = [None] * len(tokens)
-    wanted = [r.seq.sampling_params.logprobs for r in batch.rows]
-    if any(k is not None for k in wanted):
-        values, ids = logprobs.topk(max(batch.max_logprobs, 1), dim=-1)
-        values, ids = values.tolist(), ids.tolist()
-        for i, k in enumerate(wanted):
-            if k is not None:
-                entry = dict(zip(ids[i][:k], values[i][:k]))
-                entry[tokens[i]] = chosen[i]
-                tops[i] = entry
-    return chosen, tops

@@ -1,0 +1,87 @@
+"""A step queued on the device: its sampled tokens and their logprobs, read on the host later.
+
+The runner returns one as soon as the step is queued; the engine reads it after queueing the
+next step, so preparing step n+1 on the host overlaps with running step n on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from fastllm.outputs import Logprobs
+from fastllm.platforms.transfer import HostCopy
+
+
+@dataclass
+class SequenceResult:
+    """What one step produced for one sequence."""
+
+    new_token_ids: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
+    logprobs: list[Optional[Logprobs]] = field(default_factory=list)
+    num_accepted_drafts: int = 0
+    prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
+
+
+@dataclass
+class SampledRows:
+    """The rows of the step's token tensor that belong to one sequence, from ``start`` on.
+
+    ``tokens`` is set when the host already knows them (verified drafts); otherwise the
+    sequence has one row, whose token is read from the device.
+    """
+
+    seq_id: int
+    start: int
+    tokens: Optional[list[int]] = None
+
+
+class PendingStep:
+    """Sampled tokens ``[rows]`` and the logits ``[rows, vocab]`` they came from, still on the device.
+
+    A logprob is a logit less its row's ``logsumexp``: only the chosen and the top-k ones are
+    computed. ``top_k[row]`` is how many alternatives that row's request asked for (None: none).
+    """
+
+    def __init__(self, results: dict[int, SequenceResult], owners: list[SampledRows] = (),
+                 tokens: Optional[torch.Tensor] = None, logits: Optional[torch.Tensor] = None,
+                 logsumexp: Optional[torch.Tensor] = None, top_k: list[Optional[int]] = ()):
+        self._results, self._owners, self._top_k = results, list(owners), list(top_k)
+        self._copy = None
+        if tokens is not None:
+            chosen = logits.gather(-1, tokens[:, None]).squeeze(-1) - logsumexp
+            wanted = max((k for k in self._top_k if k is not None), default=None)
+            top = []
+            if wanted is not None:
+                values, ids = logits.topk(max(wanted, 1), dim=-1)
+                top = [values - logsumexp[:, None], ids]
+            self._copy = HostCopy([tokens, chosen, *top])
+
+    def results(self) -> dict[int, SequenceResult]:
+        """Every sequence's tokens and logprobs; waits for the device where they are not back yet."""
+        if self._copy is None:
+            return self._results
+        tensors, self._copy = [t.tolist() for t in self._copy.wait()], None
+        tokens, chosen = tensors[0], tensors[1]
+        top_values, top_ids = tensors[2:] or (None, None)
+        for owner in self._owners:
+            result = self._results[owner.seq_id]
+            result.new_token_ids = owner.tokens if owner.tokens is not None else [tokens[owner.start]]
+            result.num_accepted_drafts = len(result.new_token_ids) - 1
+            rows = range(owner.start, owner.start + len(result.new_token_ids))
+            result.token_logprobs = [chosen[r] for r in rows]
+            result.logprobs = [self._alternatives(r, tokens, chosen, top_values, top_ids) for r in rows]
+        return self._results
+
+    def _alternatives(self, row: int, tokens: list[int], chosen: list[float],
+                      top_values: Optional[list], top_ids: Optional[list]) -> Optional[Logprobs]:
+        """The row's top-k logprobs with the chosen token always among them, if its request asked."""
+        k = self._top_k[row]
+        if k is None:
+            return None
+        entry = dict(zip(top_ids[row][:k], top_values[row][:k]))
+        entry[tokens[row]] = chosen[row]
+        return entry

@@ -1,0 +1,173 @@
+"""Async scheduling (step n+1 queued before step n's tokens are read) changes no output.
+
+On the CPU a launch finishes before it returns, so these tests check the bookkeeping that
+the overlap needs (pending tokens read on the device, counts advanced at launch, late stops
+discarded, drains for grammar and penalties), not the speed-up, which only a GPU shows.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fastllm import LLM, SamplingParams
+from fastllm.engine.input_batch import SampledTokens, pack_inputs
+from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.engine.sequence import Sequence
+
+ENGINE = dict(load_format="dummy", max_model_len=256, block_size=16, max_num_seqs=4, max_num_batched_tokens=48)
+
+
+def _prompts(count: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 256) for _ in range(rng.randrange(2, 70))] for _ in range(count)]
+
+
+def _run(model: str, prompts, params, overlap: bool, **engine) -> tuple[list[tuple], LLM]:
+    llm = LLM(model, async_scheduling=overlap, **{**ENGINE, **engine})
+    assert llm.engine.overlap is overlap
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return [(o.outputs.token_ids, o.outputs.finish_reason, o.outputs.stop_reason,
+             round(o.outputs.cumulative_logprob, 3), _rounded(o.outputs.logprobs)) for o in outputs], llm
+
+
+def _rounded(logprobs):
+    return None if logprobs is None else [{t: round(v, 3) for t, v in entry.items()} for entry in logprobs]
+
+
+def _assert_no_blocks_held(llm: LLM) -> None:
+    pool = llm.engine.kv_cache.pool
+    assert pool.num_free_blocks == pool.num_usable_blocks
+    assert not llm.engine.scheduler.running and not llm.engine.scheduler.waiting
+
+
+@pytest.mark.parametrize("max_num_seqs,max_num_batched_tokens", [(1, 256), (4, 48), (16, 32)])
+def test_greedy_outputs_and_logprobs_equal_the_synchronous_engine(tiny_llama_dir, max_num_seqs,
+                                                                   max_num_batched_tokens):
+    prompts = _prompts(10)
+    params = [SamplingParams(temperature=0, max_tokens=8 + 3 * i, logprobs=2 if i % 3 == 0 else None)
+              for i in range(len(prompts))]
+    engine = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    sync, _ = _run(tiny_llama_dir, prompts, params, False, **engine)
+    overlapped, llm = _run(tiny_llama_dir, prompts, params, True, **engine)
+    assert overlapped == sync
+    assert [len(row[0]) for row in overlapped] == [8 + 3 * i for i in range(len(prompts))]
+    _assert_no_blocks_held(llm)
+
+
+def test_a_stop_found_late_discards_the_token_of_the_step_in_flight(tiny_llama_dir):
+    """Stop on a token the synchronous run produces mid-way: the overlapped run launched one
+    more step for that sequence before it read the stop, and must drop that step's token."""
+    prompts = _prompts(6, seed=1)
+    greedy = SamplingParams(temperature=0, max_tokens=30)
+    reference, _ = _run(tiny_llama_dir, prompts, greedy, False)
+    params = [SamplingParams(temperature=0, max_tokens=30, stop_token_ids=[tokens[len(tokens) // 2]])
+              for tokens, *_ in reference]
+    sync, _ = _run(tiny_llama_dir, prompts, params, False)
+    overlapped, llm = _run(tiny_llama_dir, prompts, params, True)
+    assert overlapped == sync
+    assert all(row[1] == "stop" for row in overlapped)
+    _assert_no_blocks_held(llm)
+
+
+def test_seeded_sampling_with_n_equals_the_synchronous_engine(tiny_llama_dir):
+    prompts = _prompts(5, seed=2)
+    params = SamplingParams(temperature=0.9, top_p=0.9, top_k=50, n=2, seed=7, max_tokens=12)
+    engine = dict(max_num_seqs=8)
+    sync = LLM(tiny_llama_dir, async_scheduling=False, **{**ENGINE, **engine}).generate(prompts, params, use_tqdm=False)
+    overlapped = LLM(tiny_llama_dir, async_scheduling=True, **{**ENGINE, **engine}).generate(prompts, params,
+                                                                                          use_tqdm=False)
+    assert [[c.token_ids for c in o.completions] for o in overlapped] == \
+        [[c.token_ids for c in o.completions] for o in sync]
+
+
+def test_penalties_and_min_tokens_drain_the_pipeline_and_match(tiny_llama_dir):
+    """Their logits need the latest token on the host: the engine reads each step before the next."""
+    prompts = _prompts(5, seed=3)
+    params = [SamplingParams(temperature=0, max_tokens=15, repetition_penalty=1.3),
+              SamplingParams(temperature=0, max_tokens=15, frequency_penalty=0.8, presence_penalty=0.4),
+              SamplingParams(temperature=0, max_tokens=15, min_tokens=10, stop_token_ids=[5, 9, 11]),
+              SamplingParams(temperature=0, max_tokens=15),
+              SamplingParams(temperature=0, max_tokens=15, logit_bias={17: 5.0})]
+    sync, _ = _run(tiny_llama_dir, prompts, params, False)
+    overlapped, llm = _run(tiny_llama_dir, prompts, params, True)
+    assert overlapped == sync
+    _assert_no_blocks_held(llm)
+
+
+def test_preemption_with_tokens_in_flight_matches_and_frees_every_block(tiny_llama_dir):
+    prompts = _prompts(8, seed=4)
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    engine = dict(num_gpu_blocks_override=12, kv_cache_ratio=1.0, max_num_seqs=6)
+    sync, sync_llm = _run(tiny_llama_dir, prompts, params, False, **engine)
+    overlapped, llm = _run(tiny_llama_dir, prompts, params, True, **engine)
+    assert llm.engine.scheduler.num_preemptions > 0
+    assert overlapped == sync
+    _assert_no_blocks_held(llm)
+
+
+def test_abort_while_its_step_is_in_flight(tiny_llama_dir):
+    prompts = _prompts(4, seed=5)
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    sync, _ = _run(tiny_llama_dir, prompts, params, False)
+    llm = LLM(tiny_llama_dir, async_scheduling=True, **ENGINE)
+    engine = llm.engine
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"r{i}", None, prompt, params)
+    for _ in range(4):
+        engine.step()
+    assert engine.in_flight is not None and any(s.seq.request_id == "r1" for s in engine.in_flight.scheduled)
+    aborted = engine.abort_request("r1")
+    assert aborted.outputs.finish_reason == "abort"
+    finished = {}
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            if output.finished:
+                finished[output.request_id] = output.outputs.token_ids
+    assert finished == {f"r{i}": sync[i][0] for i in (0, 2, 3)}
+    _assert_no_blocks_held(llm)
+
+
+def test_decode_steps_really_overlap_and_waste_no_step_at_max_tokens(tiny_llama_dir):
+    """Each launch after the first is queued before the previous step's tokens are read, and a
+    sequence whose pending token reaches max_tokens is not scheduled again."""
+    llm = LLM(tiny_llama_dir, async_scheduling=True, **ENGINE)
+    runner, events = llm.engine.runner, []
+    launch = runner.launch
+
+    def spy(scheduled):
+        pending = launch(scheduled)
+        number = len([e for e in events if e[0] == "launch"])
+        events.append(("launch", number))
+        results = pending.results
+        pending.results = lambda: (events.append(("read", number)), results())[1]
+        return pending
+
+    runner.launch = spy
+    out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True), use_tqdm=False)
+    assert len(out[0].outputs.token_ids) == 10
+    launches = [n for kind, n in events if kind == "launch"]
+    assert len(launches) == 10  # one prefill + nine decodes, none wasted
+    for n in launches[1:]:
+        assert events.index(("launch", n)) < events.index(("read", n - 1))
+
+
+def test_pack_inputs_reads_pending_tokens_on_the_device():
+    params = SamplingParams(max_tokens=10)
+    seqs = [Sequence("a", 0, [11, 12, 13], params, frozenset(), 64),
+            Sequence("b", 0, [21, 22], params, frozenset(), 64)]
+    for seq, computed in zip(seqs, (3, 1)):
+        seq.block_table = [3, 5]
+        seq.num_computed_tokens = computed
+    seqs[0].num_pending_tokens = 1  # its 4th token was sampled in row 1 of the previous step
+    previous = SampledTokens(torch.tensor([90, 91, 92]), {seqs[0].seq_id: 1})
+    inputs = pack_inputs([ScheduledSequence(seqs[1], 1), ScheduledSequence(seqs[0], 1)], 4,
+                         torch.device("cpu"), previous)
+    assert inputs.input_ids.tolist() == [22, 91]
+    assert inputs.positions.tolist() == [1, 3]
+    assert inputs.attn_metadata.slot_mapping.tolist() == [3 * 4 + 1, 3 * 4 + 3]
+    assert inputs.attn_metadata.seq_lens.tolist() == [2, 4]
+    assert inputs.attn_metadata.block_tables.tolist() == [[3, 5], [3, 5]]
+    assert inputs.attn_metadata.query_start_loc.tolist() == [0, 1, 2]
