@@ -56,6 +56,8 @@ class KVCacheManager:
         held = self._blocks.get(seq.seq_id, [])
         total = seq.num_computed_tokens + len(cached) * self.block_size + num_new_tokens
         missing = self.blocks_needed(total) - len(held) - len(cached)
+        if missing <= 0 and not cached:  # most decode steps: the last block has room
+            return True
         reusable_idle = sum(1 for b in cached if b.ref_count == 0)
         if missing > self.pool.num_free_blocks - reusable_idle:
             return False

@@ -67,17 +67,47 @@ class ModelRunner:
         return per_token * self.block_size * len(self.model.model.layers)
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
+        """The serving cache; on CUDA also the kernel warm-up and the decode graphs over it."""
+        self._allocate_caches(num_blocks)
+        if self.device.type == "cuda":
+            self.warm_up()
+        if self._use_cuda_graphs():
+            max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
+            self.graphs = DecodeGraphs(self._eager_forward, self.config.max_num_seqs,
+                                       min(num_blocks, -(-max_len // self.block_size)), max_len, self.device)
+            self.graphs.capture()
+
+    def _allocate_caches(self, num_blocks: int) -> None:
         attn = self.model.model.layers[0].self_attn
         shape = (num_blocks, self.block_size, attn.num_kv_heads, attn.head_dim)
         self.kv_caches = [(torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device),
                            torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device))
                           for _ in self.model.model.layers]
         self.num_blocks = num_blocks
-        if self._use_cuda_graphs():
-            max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
-            self.graphs = DecodeGraphs(self._eager_forward, self.config.max_num_seqs,
-                                       min(num_blocks, -(-max_len // self.block_size)), max_len, self.device)
-            self.graphs.capture()
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Run a decode beside an extend of 1, 2, 4 .. 128 tokens, so that every attention-kernel
+        variant a step can pick by its query length is compiled before the first request: a
+        first compilation mid-serving stalls the whole batch for a second or more. The blocks
+        written hold no sequence yet, and real ones overwrite a slot before reading it."""
+        for query_len in (2 ** i for i in range(8)):
+            if 2 + -(-(query_len + 1) // self.block_size) > self.num_blocks:  # block 0 is never used
+                break
+            inputs = self._dummy_inputs([(2, 1), (query_len + 1, query_len)])
+            self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+
+    def _dummy_inputs(self, shapes: list[tuple[int, int]]) -> ModelInputs:
+        """A step of sequences given as (context length, new tokens), on consecutive blocks from block 1."""
+        scheduled, next_block = [], 1
+        for context, new in shapes:
+            num_blocks = -(-context // self.block_size)
+            seq = Sequence("dummy", 0, [1] * context, SamplingParams(), frozenset(), context)
+            seq.block_table = list(range(next_block, next_block + num_blocks))
+            seq.num_computed_tokens = context - new
+            next_block += num_blocks
+            scheduled.append(ScheduledSequence(seq, new))
+        return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_cuda_graphs(self) -> bool:
         """On CUDA unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
@@ -190,17 +220,8 @@ class ModelRunner:
         lengths = [max_model_len] * (num_tokens // max_model_len)
         if num_tokens % max_model_len:
             lengths.append(num_tokens % max_model_len)
-        blocks_each = [-(-n // self.block_size) for n in lengths]
-        self.allocate_kv_cache(sum(blocks_each) + 1)
-        vocab = self.hf_config.vocab_size
-        scheduled, next_block = [], 1
-        for n, nb in zip(lengths, blocks_each):
-            seq = Sequence("profile", 0, torch.randint(0, vocab, (n,)).tolist(), SamplingParams(),
-                           frozenset(), max_model_len)
-            seq.block_table = list(range(next_block, next_block + nb))
-            next_block += nb
-            scheduled.append(ScheduledSequence(seq, n))
-        inputs = pack_inputs(scheduled, self.block_size, self.device)
+        self._allocate_caches(sum(-(-n // self.block_size) for n in lengths) + 1)
+        inputs = self._dummy_inputs([(n, n) for n in lengths])
         hidden = self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         self.model.compute_logits(hidden[: max_num_seqs])
         self.platform.synchronize()

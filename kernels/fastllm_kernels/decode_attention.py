@@ -9,7 +9,10 @@ Decode is memory-bound: the cost is reading K and V once. So
   tiny kernel merges the pieces through their log-sum-exp.
 
 The split length is derived per sequence from its own ``seq_len`` inside the kernel, so the
-grid depends only on shapes and the launch can be captured in a CUDA graph.
+grid depends only on shapes and the launch can be captured in a CUDA graph. The number of
+splits is a run-time value (only "split or not" and the merge's power-of-two padding are
+compile-time), so a new batch size or context length reuses a compiled kernel instead of
+stalling a step on a compilation.
 """
 
 from __future__ import annotations
@@ -34,16 +37,17 @@ def _decode_split_kernel(
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
+    num_splits = tl.num_programs(2)
 
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -78,31 +82,31 @@ def _decode_split_kernel(
     # An empty piece (short sequence, or seq_len 0) leaves l_i == 0: it writes zeros and lse -inf.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         dst = out_ptr + seq * stride_ob + heads[:, None] * stride_oh + dims[None, :]
         tl.store(dst, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
     else:
-        part = (seq * num_kv_heads * GROUP + heads) * NUM_SPLITS + split
+        part = (seq * num_kv_heads * GROUP + heads) * num_splits + split
         tl.store(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], o, mask=row_mask[:, None])
         tl.store(split_lse_ptr + part, m_i + tl.log2(l_safe), mask=row_mask)
 
 
 @triton.jit
 def _decode_merge_kernel(
-    split_out_ptr, split_lse_ptr, out_ptr, stride_ob, stride_oh,
-    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    split_out_ptr, split_lse_ptr, out_ptr, stride_ob, stride_oh, num_splits,
+    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    part = (seq * tl.num_programs(1) + head) * NUM_SPLITS + splits
-    lse = tl.load(split_lse_ptr + part, mask=splits < NUM_SPLITS, other=float("-inf"))
+    part = (seq * tl.num_programs(1) + head) * num_splits + splits
+    lse = tl.load(split_lse_ptr + part, mask=splits < num_splits, other=float("-inf"))
     lse_max = tl.max(lse, 0)
     lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
     weight = tl.exp2(lse - lse_max)
     o = tl.load(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :],
-                mask=(splits < NUM_SPLITS)[:, None], other=0.0)
+                mask=(splits < num_splits)[:, None], other=0.0)
     total = tl.sum(weight, 0)
     merged = tl.sum(o * weight[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty))
@@ -149,13 +153,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, NUM_SPLITS=num_splits,
+        BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
     )
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](
-            split_out, split_lse, out, out.stride(0), out.stride(1),
-            NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+            split_out, split_lse, out, out.stride(0), out.stride(1), num_splits,
+            SPLITS_PAD=triton.next_power_of_2(num_splits),
             HEAD_DIM=head_dim, num_warps=4,
         )
     return out

@@ -51,3 +51,20 @@ def test_padded_decode_graphs_keep_greedy_output(tiny_llama_dir):
     got = [o.outputs.token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert got == expected
     assert replayed and set(replayed) - set(graphs.sizes), "no step ran a padded graph"
+
+
+def test_warm_up_runs_every_query_length_class_beside_a_decode(tiny_llama_dir):
+    """The CUDA warm-up's steps, run here: a decode plus an extend of each power-of-two length."""
+    from fastllm import LLM
+
+    llm = LLM(tiny_llama_dir, load_format="dummy", max_model_len=256, block_size=16, num_gpu_blocks_override=16)
+    runner, seen = llm.engine.runner.runner, []
+    forward = runner._eager_forward
+
+    def spy(input_ids, positions, meta):
+        seen.append((meta.num_decodes, meta.query_lens_cpu, meta.seq_lens_cpu))
+        return forward(input_ids, positions, meta)
+
+    runner._eager_forward = spy
+    runner.warm_up()
+    assert seen == [(2 if n == 1 else 1, [1, n], [2, n + 1]) for n in (1, 2, 4, 8, 16, 32, 64, 128)]
