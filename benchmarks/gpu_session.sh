@@ -23,11 +23,14 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the output's tail
   tail -25 "$OUT/$name.txt"
 }
 
-step latency 110 $FASTLLM bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
+step latency 100 $FASTLLM bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
   --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency.json"
-step throughput 230 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
+# the same batch-1 run with each step read before the next is queued: what async scheduling gains
+step latency_sync 60 $FASTLLM bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 \
+  --num-iters 1 --max-num-seqs 16 --async-scheduling false
+step throughput 220 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
   --range-ratio 0 --quiet --compare hf --hf-num-prompts 32 --output-json "$OUT/throughput.json"
-step equality 90 sh -c "python3 benchmarks/backend_equality.py --model smollm2-135m --dtype float32 && \
+step equality 80 sh -c "python3 benchmarks/backend_equality.py --model smollm2-135m --dtype float32 && \
   python3 benchmarks/backend_equality.py --model smollm2-135m --dtype bfloat16"
 step tests 90 python3 -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
   tests/engine/test_cuda_graphs.py

@@ -150,7 +150,6 @@ class AsyncLLM:
                 self._publish_stats()
                 if self.engine.has_unfinished_requests():
                     self._step()
-                    self._publish_stats()
         except Exception as exc:  # a failed step leaves the engine in an unknown state
             logger.exception("engine loop failed; failing every in-flight request")
             self.dead_error = EngineDeadError(f"engine loop failed: {exc!r}")
@@ -201,12 +200,17 @@ class AsyncLLM:
                 stream.put(output)
 
     def _step(self) -> None:
+        """One engine step; the stats snapshot is updated before any client hears of the step's outputs,
+        so a client that reacts to an output (or a server admitting the next request) never reads older stats."""
         live = dict(self.engine.requests) if self.engine.speculator is not None else {}
-        for output in self.engine.step():
-            stream = self._streams.get(output.request_id)
+        outputs = self.engine.step()
+        for output in outputs:
             if output.finished:
                 self._retire(live.get(output.request_id))
-                self._streams.pop(output.request_id, None)
+        self._publish_stats()
+        for output in outputs:
+            stream = self._streams.pop(output.request_id, None) if output.finished else self._streams.get(
+                output.request_id)
             if stream is not None:
                 stream.put(output)
 

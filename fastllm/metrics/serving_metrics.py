@@ -80,6 +80,10 @@ class ServingMetrics:
     def on_processed(self, ok: bool) -> None:
         (self.process_success if ok else self.process_fail).inc()
 
+    def on_engine_request_aborted(self) -> None:
+        """An engine request ended before finishing (client gone, shutdown timeout): vLLM's ``abort`` reason."""
+        self.success.labels(finished_reason="abort").inc()
+
     def on_engine_request_finished(self, output: RequestOutput) -> None:
         """Record one finished engine request from the timestamps the engine kept."""
         metrics = output.metrics

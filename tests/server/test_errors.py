@@ -75,14 +75,19 @@ def test_oversized_body_is_413(engine):
         small.stop()
 
 
-def test_full_queue_is_429(engine):
-    full = start_server(engine, max_waiting_requests=0)
-    try:
-        with pytest.raises(openai.RateLimitError):
-            full.client().completions.create(model=MODEL, prompt="hi", max_tokens=1)
-        assert full.get("/v1/models").ok
-    finally:
-        full.stop()
+@pytest.mark.parametrize("path, body", [("/v1/completions", {"prompt": "hi"}),
+                                        ("/v1/chat/completions", {"messages": HI})])
+def test_internal_error_is_500_without_details_and_the_server_goes_on(engine, server, monkeypatch, path, body):
+    def broken(*args, **kwargs):
+        raise RuntimeError("secret internals")
+
+    failed_before = server.metric("fastllm:request_process_fail_total")
+    monkeypatch.setattr(engine.engine, "add_request", broken)
+    error = assert_error(server.post(path, json={"model": MODEL, "max_tokens": 1, **body}), 500)
+    monkeypatch.undo()
+    assert error["type"] == "internal_server_error" and "secret" not in error["message"]
+    assert server.metric("fastllm:request_process_fail_total") == failed_before + 1
+    assert server.post(path, json={"model": MODEL, "max_tokens": 1, **body}).ok
 
 
 def test_server_still_serves_after_errors(client):

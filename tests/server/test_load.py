@@ -11,6 +11,7 @@ from tests.server.conftest import MODEL, wait_idle
 
 NUM_REQUESTS = 300
 LONG = 200  # the requests that hang up ask for far more than they read, so only an abort ends them early
+ABORTED = 'fastllm:request_success_total{finished_reason="abort"}'
 
 
 async def one_request(client, index: int) -> str:
@@ -36,6 +37,7 @@ async def run_all(server) -> list:
 
 def test_many_streams_with_disconnects_leave_nothing_behind(engine, server):
     failed_before = server.metric("fastllm:request_process_fail_total")
+    aborted_before = server.metric(ABORTED)
     results = asyncio.run(run_all(server))
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors[:3]
@@ -46,15 +48,18 @@ def test_many_streams_with_disconnects_leave_nothing_behind(engine, server):
     assert server.metric("fastllm:num_requests_waiting") == 0
     assert server.metric("fastllm:kv_cache_usage_perc") == 0
     assert server.metric("fastllm:request_process_fail_total") - failed_before == NUM_REQUESTS // 3
+    assert server.metric(ABORTED) - aborted_before == NUM_REQUESTS // 3  # ended by an abort, not by running out
     kv_cache = engine.engine.kv_cache
     assert kv_cache.num_free_blocks == kv_cache.pool.num_usable_blocks
 
 
 def test_non_streaming_client_that_leaves_aborts_its_request(engine, server):
     failed_before = server.metric("fastllm:request_process_fail_total")
+    aborted_before = server.metric(ABORTED)
     body = {"model": MODEL, "prompt": "A very long story:", "max_tokens": 400, "ignore_eos": True}
     with pytest.raises(requests.ReadTimeout):
         requests.post(f"{server.url}/v1/completions", json=body, timeout=1.5)
     wait_idle(engine)
     assert server.metric("fastllm:request_process_fail_total") - failed_before == 1
+    assert server.metric(ABORTED) - aborted_before == 1
     assert engine.engine.kv_cache.usage() == 0

@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from pydantic import ValidationError
+
 from fastllm.config import EngineConfig
 from fastllm.model_loader.resolve import embedded_model_path
 
@@ -21,6 +23,19 @@ DEFAULT_NUM_SPECULATIVE_TOKENS = 6  # Angel-vLLM's default lookahead length
 
 def env_bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def invalid_settings(exc: ValidationError) -> SystemExit:
+    """A refused flag or environment value as one readable exit message naming both, not a traceback."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if not field:
+            lines.append(error["msg"])
+            continue
+        source = f"--{field.replace('_', '-')}" + (f" (or {ENV_DEFAULTS[field]})" if field in ENV_DEFAULTS else "")
+        lines.append(f"{source}: {error['msg']}, got {error['input']!r}")
+    return SystemExit("invalid settings:\n  " + "\n  ".join(lines))
 
 
 def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
@@ -43,6 +58,9 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--enable-chunked-prefill", nargs="?", const=True, default=None, type=env_bool,
                         help="on by default; '--enable-chunked-prefill false' turns it off")
     parser.add_argument("--enforce-eager", action="store_true", default=None)
+    parser.add_argument("--async-scheduling", nargs="?", const=True, default=None, type=env_bool,
+                        help="queue each step before reading the last one's tokens (default: on CUDA "
+                             "with one GPU); '--async-scheduling false' turns it off")
     parser.add_argument("--quantization", "-q", default=None)
     parser.add_argument("--reasoning-parser", default=None)
     parser.add_argument("--tool-call-parser", default=None)
@@ -71,7 +89,10 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
     if (speculative := _speculative_config(args)) is not None:
         values.setdefault("speculative_config", speculative)
     values.update(overrides)
-    return EngineConfig(**values)
+    try:
+        return EngineConfig(**values)
+    except ValidationError as exc:
+        raise invalid_settings(exc) from None
 
 
 def _speculative_config(args: argparse.Namespace) -> dict[str, Any] | None:

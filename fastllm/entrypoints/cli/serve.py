@@ -12,9 +12,11 @@ import logging
 import os
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
 from fastllm import registry
 from fastllm.config import EngineConfig
-from fastllm.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args, env_bool
+from fastllm.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args, env_bool, invalid_settings
 from fastllm.entrypoints.openai.server_config import ServerConfig
 
 logger = logging.getLogger("fastllm")
@@ -39,7 +41,8 @@ NO_OPS = {
 }
 
 
-def env_default(name: str, convert: Callable[[str], Any] = str) -> Any:
+def env_default(name: str, convert: Callable[[str], Any]) -> Any:
+    """A flag's default from its environment variable, for flags whose ``type`` argparse cannot apply."""
     return convert(os.environ[name]) if name in os.environ else None
 
 
@@ -72,11 +75,15 @@ def check_plugins(config: EngineConfig) -> None:
 def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfig) -> ServerConfig:
     names = args.served_model_name or _env_list(os.environ.get("SERVED_MODEL_NAME") or os.environ.get(
         "MODEL_ID") or "") or [engine_config.model]
-    return ServerConfig(served_model_names=names, api_keys=_env_list(" ".join(args.api_keys or [])),
-                        disable_log_requests=bool(args.disable_log_requests),
-                        enable_auto_tool_choice=bool(args.enable_auto_tool_choice),
-                        max_waiting_requests=args.max_waiting_requests,
-                        max_request_body_bytes=args.max_request_body_bytes, shutdown_timeout=args.shutdown_timeout)
+    try:
+        return ServerConfig(served_model_names=names, api_keys=_env_list(" ".join(args.api_keys or [])),
+                            disable_log_requests=bool(args.disable_log_requests),
+                            enable_auto_tool_choice=bool(args.enable_auto_tool_choice),
+                            max_waiting_requests=args.max_waiting_requests,
+                            max_request_body_bytes=args.max_request_body_bytes,
+                            shutdown_timeout=args.shutdown_timeout)
+    except ValidationError as exc:
+        raise invalid_settings(exc) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,8 +116,8 @@ def _add_server_args(parser: argparse.ArgumentParser) -> None:
                         default=env_default("DISABLE_LOG_REQUESTS", env_bool))
     parser.add_argument("--enable-auto-tool-choice", action="store_true",
                         default=env_default("ENABLE_AUTO_TOOL_CHOICE", env_bool))
-    parser.add_argument("--max-waiting-requests", type=int, default=env_default("MAX_WAITING_REQUESTS", int),
-                        help="answer 429 while this many requests wait (default: no limit)")
+    parser.add_argument("--max-waiting-requests", type=int, default=os.environ.get("MAX_WAITING_REQUESTS"),
+                        help="answer 429 while this many requests wait (env MAX_WAITING_REQUESTS; default: no limit)")
     parser.add_argument("--max-request-body-bytes", type=int, default=16 * 2**20)
     parser.add_argument("--shutdown-timeout", type=float, default=30.0,
                         help="seconds in-flight requests get to finish after SIGTERM")

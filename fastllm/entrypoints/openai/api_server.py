@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
-from typing import Optional
+from typing import Callable, Optional
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -71,14 +71,23 @@ def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
     return app
 
 
-class DrainingServer(uvicorn.Server):
-    """uvicorn, plus: from the first SIGTERM/SIGINT on, new requests get a 503 while in-flight ones finish."""
+# seconds uvicorn waits past --shutdown-timeout before cancelling what is still open; by then the
+# engine has ended every request, so this only catches a response that failed to notice
+CANCEL_GRACE_SECONDS = 5.0
 
-    def __init__(self, config: uvicorn.Config, ctx: ServingContext):
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, plus: from the first SIGTERM/SIGINT on, new requests get a 503 and ``on_drain`` runs once."""
+
+    def __init__(self, config: uvicorn.Config, ctx: ServingContext,
+                 on_drain: Optional[Callable[[], None]] = None):
         super().__init__(config)
         self.ctx = ctx
+        self.on_drain = on_drain
 
     def handle_exit(self, sig: int, frame: Optional[FrameType]) -> None:
+        if not self.ctx.draining and self.on_drain is not None:
+            self.on_drain()
         self.ctx.draining = True
         super().handle_exit(sig, frame)
 
@@ -86,13 +95,22 @@ class DrainingServer(uvicorn.Server):
 def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
     """Serve until SIGTERM/SIGINT, then give in-flight requests ``shutdown_timeout`` seconds and return.
 
-    uvicorn re-raises the signal it handled once it has stopped; ignoring both
-    signals beforehand makes that harmless, so the caller can still shut the
-    engine down and exit normally.
+    The signal also starts the engine's own shutdown beside uvicorn's: it lets running
+    requests finish for ``shutdown_timeout`` seconds, then aborts the rest, so their
+    clients get a last chunk with ``finish_reason: "abort"`` and a clean end instead of
+    a dropped connection. uvicorn re-raises the signal it handled once it has stopped;
+    ignoring both signals beforehand makes that harmless, so the caller can still shut
+    the engine down and exit normally.
     """
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
+    ctx: ServingContext = app.state.serving
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=shutdown_timeout)
-    DrainingServer(config, app.state.serving).run()
+                            timeout_graceful_shutdown=shutdown_timeout + CANCEL_GRACE_SECONDS)
+
+    def drain_engine() -> None:
+        threading.Thread(target=ctx.engine.shutdown, args=(shutdown_timeout,), name="fastllm-drain",
+                         daemon=True).start()
+
+    DrainingServer(config, ctx, drain_engine).run()

@@ -63,12 +63,7 @@ class ChatServing:
             ctx.config.enable_auto_tool_choice or self.template.tool_call_parser is not None)
 
     async def create(self, request: ChatCompletionRequest, raw: Request) -> Response:
-        self.ctx.metrics.on_received()
-        try:
-            return await self._create(request, raw)
-        except OpenAIError:
-            self.ctx.metrics.on_processed(False)
-            raise
+        return await self.ctx.counted(self._create(request, raw))
 
     def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
         try:

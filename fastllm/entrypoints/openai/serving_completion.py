@@ -48,12 +48,7 @@ class CompletionServing:
         self.ctx = ctx
 
     async def create(self, request: CompletionRequest, raw: Request) -> Response:
-        self.ctx.metrics.on_received()
-        try:
-            return await self._create(request, raw)
-        except OpenAIError:
-            self.ctx.metrics.on_processed(False)
-            raise
+        return await self.ctx.counted(self._create(request, raw))
 
     async def _create(self, request: CompletionRequest, raw: Request) -> Response:
         ctx = self.ctx

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
+from fastapi.responses import Response
 from pydantic import ValidationError
 
 import fastllm
@@ -30,6 +32,18 @@ class ServingContext:
         self.tokenizer = engine.tokenizer
         self.draining = False
         self.system_fingerprint = f"fastllm-{fastllm.__version__}"
+
+    async def counted(self, handling: Awaitable[Response]) -> Response:
+        """Count one HTTP request as received, and as failed if handling it raises (any error, 4xx or 5xx).
+
+        A streamed response counts its own success or failure when its stream ends.
+        """
+        self.metrics.on_received()
+        try:
+            return await handling
+        except BaseException:
+            self.metrics.on_processed(False)
+            raise
 
     def model_name(self, requested: Optional[str]) -> str:
         """The name to answer with; a name this server does not serve is a 404."""
@@ -66,14 +80,24 @@ class ServingContext:
 
     async def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                      params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None) -> OutputStream:
-        """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish."""
+        """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
+
+        Closing or cancelling this stream before the request finished (a client that left,
+        a shutdown that ran out of time) aborts the request; that is counted as an abort.
+        """
+        finished = False
         try:
             async for output in self.engine.generate(request_id, prompt, prompt_token_ids, params,
                                                      chat_template_kwargs):
                 if output.finished:
+                    finished = True
                     self.metrics.on_engine_request_finished(output)
                 yield output
         except RequestError as exc:
             raise OpenAIError(exc.code, str(exc)) from exc
         except EngineDeadError as exc:
             raise OpenAIError(500 if self.engine.dead_error else 503, str(exc)) from exc
+        except (GeneratorExit, asyncio.CancelledError):
+            if not finished:
+                self.metrics.on_engine_request_aborted()
+            raise
