@@ -164,6 +164,7 @@ class LLMEngine:
                            self.max_model_len, bad_words_token_ids=bad_words)
             if params.seed is not None:
                 seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
+                seq.seed = params.seed + index
             if compiled is not None:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
             detok = (IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
@@ -259,8 +260,9 @@ class LLMEngine:
             state = self.requests[seq.request_id]
             state.metrics.model_forward_time += forward_time
             touched[seq.request_id] = state
-            if result.prompt_logprobs:
-                seq.prompt_logprobs.extend(result.prompt_logprobs)
+            if result.prompt_logprobs:  # a chunk recomputed after a preemption adds only what is new
+                known = len(seq.prompt_logprobs) - result.prompt_logprobs_start
+                seq.prompt_logprobs.extend(result.prompt_logprobs[max(known, 0):])
             self._append_tokens(state, item, result)
         return [self._emit(state) for state in touched.values()]
 

@@ -196,10 +196,10 @@ class ModelRunner:
             if k is None or seq.index != 0:
                 continue
             start = seq.num_computed_tokens
-            if len(seq.prompt_logprobs) > start:
-                continue  # recomputed after a preemption: already reported
-            entries: list[Optional[Logprobs]] = [None] if start == 0 else []
             stop = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
+            if len(seq.prompt_logprobs) > stop:
+                continue  # recomputed after a preemption: every entry is reported already
+            entries: list[Optional[Logprobs]] = [None] if start == 0 else []
             for chunk in range(start, stop, PROMPT_LOGPROB_CHUNK):
                 end = min(chunk + PROMPT_LOGPROB_CHUNK, stop)
                 rows = slice(offset + chunk - start, offset + end - start)
@@ -212,6 +212,7 @@ class ModelRunner:
                     entry[token] = actual_lp[r]
                     entries.append(entry)
             results[seq.seq_id].prompt_logprobs = entries
+            results[seq.seq_id].prompt_logprobs_start = 0 if start == 0 else start + 1
 
     # ---- memory profiling -------------------------------------------------------------------
     @torch.inference_mode()

@@ -24,6 +24,7 @@ class SequenceResult:
     logprobs: list[Optional[Logprobs]] = field(default_factory=list)
     num_accepted_drafts: int = 0
     prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
+    prompt_logprobs_start: int = 0  # the prompt position of the first entry
 
 
 @dataclass

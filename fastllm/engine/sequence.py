@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -48,7 +49,8 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)
     draft_token_ids: list[int] = field(default_factory=list)
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
-    generator: Optional[torch.Generator] = None
+    generator: Optional[torch.Generator] = None  # the torch sampler's, for a request with a seed
+    seed: int = field(default_factory=lambda: random.getrandbits(62))  # the Triton sampler's
     output_logprobs: list[Logprobs] = field(default_factory=list)
     cumulative_logprob: float = 0.0
     prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)

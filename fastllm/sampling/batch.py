@@ -36,6 +36,8 @@ class SamplingBatch:
     any_min_p: bool
     any_penalties: bool
     matchers: list[Optional[Any]]
+    seeds: Optional[torch.Tensor] = None  # int64, each row's sequence seed (None: all greedy)
+    offsets: Optional[torch.Tensor] = None  # int64, tokens before the row's: a fresh draw each step
 
     @classmethod
     def build(cls, rows: list[SamplingRow], device: torch.device) -> "SamplingBatch":
@@ -45,16 +47,22 @@ class SamplingBatch:
         # one copy for the four columns; float32 holds every top_k below 2**24 exactly
         table = to_device(temperature + [p.top_p for p in params] + top_k + [p.min_p for p in params],
                           torch.float32, device).view(4, len(rows))
+        all_greedy = all(t == 0.0 for t in temperature)
+        randomness = None if all_greedy else to_device(
+            [r.seq.seed for r in rows] + [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows],
+            torch.int64, device).view(2, len(rows))
         return cls(
             rows=rows,
             temperature=table[0],
             top_p=table[1],
             top_k=table[2].long(),
             min_p=table[3],
-            all_greedy=all(t == 0.0 for t in temperature),
+            all_greedy=all_greedy,
             any_top_p=any(p.top_p < 1.0 for p in params),
             any_top_k=any(k > 0 for k in top_k),
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalties=any(p.needs_penalties for p in params),
             matchers=[r.seq.structured_state for r in rows],
+            seeds=None if randomness is None else randomness[0],
+            offsets=None if randomness is None else randomness[1],
         )

@@ -1,27 +1,48 @@
 """Turns processed logits into target distributions and tokens: greedy, temperature, top-k,
-top-p, min-p, per-request seeds."""
+top-p, min-p, per-request seeds.
+
+On CUDA (with fastllm-kernels) top-k / top-p rows go through the Triton sampler, which finds
+each row's cut without sorting the vocabulary; its randomness is Philox keyed by the row's
+seed and its token count. min_p rows, CPU tensors and draft verification use the torch path.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 import torch
 
+from fastllm.layers.fused import kernels_for
 from fastllm.sampling.batch import SamplingBatch
 from fastllm.sampling.logits_processors import apply_logit_edits
 
 
 @dataclass
 class Distribution:
-    """Per row: the probabilities to sample from (one-hot for greedy rows; None when every row
-    is greedy) and what the reported logprobs come from: the processed logits, before
-    temperature and truncation, less their log-sum-exp."""
+    """Per row: the processed logits (edits and grammar applied, before temperature and
+    truncation), their log-sum-exp, which the reported logprobs come from, and the argmax."""
 
-    probs: Optional[torch.Tensor]
     logits: torch.Tensor
     logsumexp: torch.Tensor
     greedy_tokens: torch.Tensor
+    batch: SamplingBatch
+
+    @cached_property
+    def probs(self) -> Optional[torch.Tensor]:
+        """The target probabilities, one-hot for greedy rows (None when every row is greedy).
+
+        Computed only when asked for: the sort behind top-k / top-p is the costly part of a
+        step's sampling, and the Triton sampler and greedy batches never need it."""
+        batch = self.batch
+        if batch.all_greedy:
+            return None
+        greedy = batch.temperature == 0.0
+        scaled = self.logits / torch.where(greedy, 1.0, batch.temperature)[:, None]
+        probs = mask_top_k_top_p_min_p(scaled, batch).softmax(dim=-1)
+        one_hot = torch.zeros_like(probs).scatter_(-1, self.greedy_tokens[:, None], 1.0)
+        return torch.where(greedy[:, None], one_hot, probs)
 
 
 def mask_top_k_top_p_min_p(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -66,16 +87,7 @@ class Sampler:
             logits = self._edit_and_mask(logits, batch, structured_output)
         else:
             logits = apply_logit_edits(logits, batch)
-        logsumexp = logits.logsumexp(dim=-1)
-        greedy_tokens = logits.argmax(dim=-1)
-        probs = None
-        if not batch.all_greedy:
-            greedy = batch.temperature == 0.0
-            scaled = logits / torch.where(greedy, 1.0, batch.temperature)[:, None]
-            probs = mask_top_k_top_p_min_p(scaled, batch).softmax(dim=-1)
-            one_hot = torch.zeros_like(probs).scatter_(-1, greedy_tokens[:, None], 1.0)
-            probs = torch.where(greedy[:, None], one_hot, probs)
-        return Distribution(probs, logits, logsumexp, greedy_tokens)
+        return Distribution(logits, logits.logsumexp(dim=-1), logits.argmax(dim=-1), batch)
 
     @staticmethod
     def _edit_and_mask(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:
@@ -94,6 +106,10 @@ class Sampler:
         """argmax(p / E), E ~ Exp(1): an exact draw from p (the argmax itself for greedy rows)."""
         if batch.all_greedy:
             return dist.greedy_tokens
+        kernels = kernels_for(dist.logits)
+        if kernels is not None and not batch.any_min_p:
+            return kernels.sample_top_k_top_p(dist.logits, batch.temperature, batch.top_k, batch.top_p,
+                                              batch.seeds, batch.offsets)
         noise = exponential_noise(dist.probs.shape, batch, dist.probs.device)
         sampled = (dist.probs / noise).argmax(dim=-1)
         return torch.where(batch.temperature == 0.0, dist.greedy_tokens, sampled)

@@ -81,3 +81,37 @@ def test_min_tokens_bias_and_bad_words():
     assert out[0] == float("-inf") and out[5] == float("-inf")  # eos and stop id before min_tokens
     assert out[7] == 4.0
     assert out[8] == float("-inf") and out[9] == float("-inf")  # [1, 9]: 1 was just generated
+
+
+def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
+    """With the kernels forced on (Triton's interpreter here), top-k / top-p rows go through
+    fastllm-kernels' sampler: same support and distribution as the torch path, greedy rows
+    their argmax, a row's token fixed by its seed and token count alone."""
+    import fastllm.layers.fused as fused
+
+    monkeypatch.setattr(fused, "MODE", "1")
+    torch.manual_seed(1)
+    logits = torch.randn(1, 32) * 2
+    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=10)
+    draws = 512
+    batch = _batch([params] * draws + [SamplingParams(temperature=0.0)])
+    for i, row in enumerate(batch.rows):
+        row.seq.seed = i
+    batch = SamplingBatch.build(batch.rows, torch.device("cpu"))
+    sampler = Sampler()
+    dist = sampler.distribution(logits.repeat(draws + 1, 1), batch)
+    target = dist.probs[0]  # the torch path's distribution (not used by the Triton draw)
+    tokens = sampler.sample(dist, batch)
+    assert tokens[-1].item() == logits.argmax().item()
+    counts = torch.bincount(tokens[:-1], minlength=32).double()
+    assert counts[target == 0].sum() == 0
+    tv = 0.5 * (counts / draws - target.double()).abs().sum().item()
+    assert tv < 0.08, f"total variation {tv:.4f}"
+    again = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), batch), batch)
+    assert torch.equal(again, tokens)
+    later = _batch([params] * draws + [SamplingParams(temperature=0.0)], outputs=[[3]] * (draws + 1))
+    for i, row in enumerate(later.rows):
+        row.seq.seed = i
+    later = SamplingBatch.build(later.rows, torch.device("cpu"))
+    moved = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), later), later)
+    assert not torch.equal(moved, tokens)  # the next token count is a fresh draw

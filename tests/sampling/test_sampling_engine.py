@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from fastllm import SamplingParams
@@ -94,3 +95,19 @@ def test_bad_words_are_never_generated(smollm2_llm):
                                                                                bad_words=["Paris"]),
                                   use_tqdm=False)[0].outputs
     assert "Paris" not in banned.text
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_prompt_logprobs_of_a_chunked_prompt_equal_the_whole_prompts(tiny_llama_dir, async_scheduling):
+    """16-token steps split the 40-token prompt over three chunks; every position is reported once."""
+    from fastllm import LLM
+
+    prompt = list(range(10, 50))
+    params = SamplingParams(temperature=0.0, max_tokens=3, prompt_logprobs=2)
+    engine = dict(load_format="dummy", num_gpu_blocks_override=32, block_size=16)
+    whole = LLM(tiny_llama_dir, **engine).generate([prompt], params, use_tqdm=False)[0].prompt_logprobs
+    chunked = LLM(tiny_llama_dir, max_num_batched_tokens=16, async_scheduling=async_scheduling,
+                  **engine).generate([prompt, [7, 8, 9]], params, use_tqdm=False)[0].prompt_logprobs
+    assert len(whole) == len(chunked) == len(prompt) and chunked[0] is None
+    for got, want in zip(chunked[1:], whole[1:]):
+        assert got == pytest.approx(want, abs=1e-4)
