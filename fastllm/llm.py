@@ -97,26 +97,42 @@ class LLM:
              sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None, use_tqdm: bool = True,
              chat_template_kwargs: Optional[dict[str, Any]] = None, tools: Optional[list[dict]] = None,
              chat_template: Optional[str] = None) -> list[RequestOutput]:
-        """Render each conversation with the model's chat template, then generate."""
-        from fastllm.chat.template import render_chat, resolve_chat_template
+        """Render each conversation with the model's chat template, then generate.
+
+        With ``tools`` and a tool parser (``tool_call_parser=`` or the one the matched template
+        brings), the calls the model wrote move from ``text`` to ``CompletionOutput.tool_calls``.
+        """
+        from fastllm.chat import render_chat, resolve_chat_template, split_tool_calls, tool_parser
 
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         resolved = resolve_chat_template(self.tokenizer, self.config.model,
                                          chat_template or self.config.chat_template)
         prompts = [render_chat(self.tokenizer, resolved, conv, tools=tools,
                                chat_template_kwargs=chat_template_kwargs) for conv in conversations]
-        params = self._params_per_prompt(sampling_params, len(prompts))
+        parser_name = self.config.tool_call_parser or resolved.tool_call_parser
+        parser = tool_parser(parser_name, self.tokenizer) if tools and parser_name else None
+        update: dict[str, Any] = {}
         if resolved.extra_stop_token_ids:
-            params = [self._with_stop_ids(p, resolved.extra_stop_token_ids) for p in params]
+            update["stop_token_ids"] = list(resolved.extra_stop_token_ids)
+        if parser is not None and parser.requires_special_tokens:
+            update["skip_special_tokens"] = False
+        params = [self._with_updates(p, update) for p in self._params_per_prompt(sampling_params, len(prompts))]
         token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
                          for p in prompts]
-        return self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs)
+        outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs)
+        if parser is not None:
+            split_tool_calls(outputs, parser)
+        return outputs
 
     @staticmethod
-    def _with_stop_ids(params: ParamsType, extra: list[int]) -> ParamsType:
+    def _with_updates(params: ParamsType, update: dict[str, Any]) -> ParamsType:
+        """``params`` with ``update`` applied; extra ``stop_token_ids`` add to the request's own."""
+        if not update:
+            return params
         if isinstance(params, dict):
             params = SamplingParams(**params)
-        return params.model_copy(update={"stop_token_ids": list(params.stop_token_ids) + list(extra)})
+        extra = update.get("stop_token_ids", [])
+        return params.model_copy(update={**update, "stop_token_ids": list(params.stop_token_ids) + extra})
 
     @staticmethod
     def _params_per_prompt(params: Any, count: int) -> list[ParamsType]:

@@ -11,7 +11,7 @@ from fastllm.chat.interface import (
     ToolParser,
     merge_deltas,
 )
-from fastllm.chat.parsers import reasoning_parser, tool_parser
+from fastllm.chat.parsers import reasoning_parser, split_tool_calls, tool_parser
 from fastllm.chat.template import ResolvedTemplate, TemplateFactory, render_chat, resolve_chat_template
 
 __all__ = [
@@ -29,5 +29,6 @@ __all__ = [
     "reasoning_parser",
     "render_chat",
     "resolve_chat_template",
+    "split_tool_calls",
     "tool_parser",
 ]
