@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# One GPU session, everything the CUDA path has to show, in order of importance; each step
-# is time-boxed and writes its own file under $OUT, so a cut-short session still reports.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh      (wheels of fastllm, fastllm-kernels, fastllm-templates, pydantic & co. in .whl/)
+# What the CUDA path has to show, in phases that each fit one 10-minute call, most important
+# first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
+# still reports.
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh engine|features|serve
+# .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
+# of fastllm's own distributions (benchmarks/device_wheels.sh builds them); .gguf/ may hold the
+# SmolLM2 GGUF in parts (smollm2.part_*), joined on the machine once all have arrived.
 set -u
+PHASE=${1:-engine}
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/latency.txt"
+export PYTHONUNBUFFERED=1
+GGUF=/root/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+mkdir -p /root/smollm2
+cp .gguf/smollm2.part_* /root/smollm2/ 2>/dev/null
+if [ ! -f "$GGUF" ] && [ -f /root/smollm2/smollm2.part_a ] && [ -f /root/smollm2/smollm2.part_b ]; then
+  cat /root/smollm2/smollm2.part_a /root/smollm2/smollm2.part_b > "$GGUF"
+fi
+SMOLLM2=smollm2-135m; SMOLLM2_FORMAT=dummy
+if [ -f "$GGUF" ]; then SMOLLM2=$GGUF; SMOLLM2_FORMAT=gguf; fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+echo "phase $PHASE, SmolLM2: $SMOLLM2 ($SMOLLM2_FORMAT)" | tee -a "$OUT/device.txt"
 FASTLLM="python3 -m fastllm.entrypoints.cli.main"
 MODEL=${MODEL:-llama-3-8b}
 COMMON="--model $MODEL --load-format dummy --dtype bfloat16"
@@ -20,17 +35,41 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the output's tail
   local start=$SECONDS
   timeout "$limit" "$@" >>"$OUT/$name.txt" 2>&1
   echo "== rc=$? in $((SECONDS - start))s" | tee -a "$OUT/$name.txt"
-  tail -25 "$OUT/$name.txt"
+  tail -${TAIL:-25} "$OUT/$name.txt"
 }
 
-step latency 100 $FASTLLM bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
-  --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency.json"
-# the same batch-1 run with each step read before the next is queued: what async scheduling gains
-step latency_sync 60 $FASTLLM bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 \
-  --num-iters 1 --max-num-seqs 16 --async-scheduling false
-step throughput 220 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
-  --range-ratio 0 --quiet --compare hf --hf-num-prompts 32 --output-json "$OUT/throughput.json"
-step equality 80 sh -c "python3 benchmarks/backend_equality.py --model smollm2-135m --dtype float32 && \
-  python3 benchmarks/backend_equality.py --model smollm2-135m --dtype bfloat16"
-step tests 90 python3 -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
-  tests/engine/test_cuda_graphs.py
+case $PHASE in
+engine)
+  step latency 150 $FASTLLM bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
+    --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency.json"
+  # the same batch-1 run with each step read before the next is queued: what async scheduling gains
+  step latency_sync 70 $FASTLLM bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 \
+    --num-iters 1 --max-num-seqs 16 --async-scheduling false
+  step throughput 230 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
+    --range-ratio 0 --quiet --compare hf --hf-num-prompts 32 --output-json "$OUT/throughput.json"
+  TAIL=8 step tests 110 python3 -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
+    tests/engine/test_cuda_graphs.py kernels/tests
+  ;;
+features)
+  step equality 100 sh -c "python3 benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
+    --dtype float32 && python3 benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT --dtype bfloat16"
+  step quant 230 python3 benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
+    --num-prompts 256 --out "$OUT/quant_decode.json"
+  if [ "$SMOLLM2_FORMAT" = gguf ]; then
+    step lookahead 120 python3 benchmarks/lookahead.py --model "$SMOLLM2" --dtype bfloat16 --num-prompts 4 \
+      --output-json "$OUT/lookahead.json"
+    step structured 90 python3 benchmarks/structured_output.py --model "$SMOLLM2" --num-prompts 64 \
+      --max-tokens 128 --repeats 2 --output-json "$OUT/structured_output.json"
+  fi
+  ;;
+serve)
+  $FASTLLM serve $MODEL --load-format dummy --dtype bfloat16 --tokenizer "$SMOLLM2" --port 8011 \
+    --max-model-len 2048 --disable-log-requests >"$OUT/server.txt" 2>&1 &
+  for _ in $(seq 120); do curl -sf localhost:8011/health >/dev/null && break; sleep 2; done
+  step serve 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --model-path "$SMOLLM2" \
+    --num-prompts 500 --random-input-len 1024 --random-output-len 256 --ignore-eos --request-rate 16 \
+    --save-result --result-dir "$OUT" --result-filename serve_h100.json
+  curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve.txt"
+  kill %1
+  ;;
+esac

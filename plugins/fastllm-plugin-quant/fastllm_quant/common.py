@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastllm.quantization.linear import CheckpointLayoutError
+from fastllm.quantization import CheckpointLayoutError, Quantizer
 
 
 def group_size_for(input_size: int, preferred: int) -> int:
@@ -26,3 +26,10 @@ def require(config: dict[str, Any], key: str, expected: Any, method: str) -> Non
     if config.get(key, expected) != expected:
         raise CheckpointLayoutError(f"{method} checkpoints with {key}={config[key]!r} are not supported "
                                     f"(only {key}={expected!r})")
+
+
+def option(quantizer: Quantizer, key: str, default: int) -> int:
+    """An integer setting: from the checkpoint's quantization_config when loading a saved model,
+    else from the quantizer's options (given to its constructor), else ``default``."""
+    source = quantizer.checkpoint_config if quantizer.prequantized else quantizer.options
+    return int(source.get(key, default))

@@ -1,6 +1,12 @@
 """``fp8``: W8A8 with float8 e4m3 weights (a scale per output channel) and activations quantized
 per token at run time.
 
+Float8 keeps about the same relative precision at any scale, but which weights land near a
+grid point depends on the scale: each channel tries eight scales over one octave (the e4m3
+grid repeats every factor of two; none clips), refits each by least squares and keeps the one
+with the lowest weight error (``scale_search``). Activations keep the plain per-token absmax:
+their scale is computed at run time, on the hot path.
+
 On GPUs with FP8 tensor cores (compute capability >= 8.9) the product is ``torch._scaled_mm``
 with both scales applied in its epilogue; elsewhere a torch path performs the same roundings
 (activations to e4m3, weights as stored) and multiplies in float32.
@@ -16,8 +22,11 @@ import torch.nn.functional as F
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
 
+from fastllm_quant.scale_search import by_row_slices, fit_scale
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max
+OCTAVE = tuple(2.0 ** (i / 8) for i in range(8))
 
 
 def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,6 +34,20 @@ def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     x = x.float()
     scale = (x.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
     return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+def nearest_fp8(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp(-FP8_MAX, FP8_MAX).to(FP8).float()
+
+
+def quantize_fp8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[N, K]`` -> (e4m3 ``[N, K]``, float32 scale ``[N]``), the scale searched per channel."""
+    def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = rows.float()
+        scale = fit_scale(w, nearest_fp8, FP8_MAX, OCTAVE)
+        return (w / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale.squeeze(1)
+
+    return by_row_slices(weight, fit)
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,9 +76,9 @@ class Fp8Linear(QuantizedLinear):
     def from_float(cls, layer: LinearBase) -> "Fp8Linear":
         module = cls(LinearSpec.of(layer))
         module.copy_bias(layer)
-        weight, scale = quantize_fp8_rows(layer.weight.data)
+        weight, scale = quantize_fp8_weight(layer.weight.data)
         module.weight.data.copy_(weight)
-        module.weight_scale.data.copy_(scale.squeeze(1))
+        module.weight_scale.data.copy_(scale)
         return module
 
     def apply_weights(self, x: torch.Tensor) -> torch.Tensor:

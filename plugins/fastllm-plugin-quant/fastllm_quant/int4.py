@@ -1,5 +1,7 @@
 """``weight_only_int4``: W4A16, asymmetric int4 with a scale and zero point per group of 128 inputs.
 
+The group size is the ``group_size`` option (``quantization_config`` for saved checkpoints).
+
 The same module runs AWQ and GPTQ checkpoints once they are repacked (``checkpoint_int4``).
 """
 
@@ -13,19 +15,22 @@ from fastllm_kernels.quant import int4_linear, pack_int4
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
 
-from fastllm_quant.common import group_size_for
+from fastllm_quant.common import group_size_for, option
+from fastllm_quant.scale_search import by_row_slices, fit_affine
 
 DEFAULT_GROUP_SIZE = 128
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[N, K]`` float -> (codes 0..15 ``[N, K]``, scales, zeros ``[N, K/group]``), w ~ (q - z) * s."""
-    w = weight.float().unflatten(1, (-1, group_size))
-    low, high = w.amin(dim=-1).clamp(max=0), w.amax(dim=-1).clamp(min=0)
-    scales = ((high - low) / 15).clamp(min=1e-12)
-    zeros = torch.round(-low / scales).clamp(0, 15)
-    codes = torch.round(w / scales[..., None] + zeros[..., None]).clamp(0, 15)
-    return codes.flatten(1).to(torch.uint8), scales, zeros
+    """``[N, K]`` float -> (codes 0..15 ``[N, K]``, scales, zeros ``[N, K/group]``), w ~ (q - z) * s.
+
+    Scale and (real-valued) zero point are searched per group for the lowest weight error.
+    """
+    def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        codes, scales, zeros = fit_affine(rows.float().unflatten(1, (-1, group_size)), 15)
+        return codes.flatten(1).to(torch.uint8), scales, zeros
+
+    return by_row_slices(weight, fit)
 
 
 class Int4Linear(QuantizedLinear):
@@ -70,7 +75,7 @@ class WeightOnlyInt4Quantizer(Quantizer):
 
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
-        self.group_size = int((checkpoint_config or {}).get("group_size", DEFAULT_GROUP_SIZE))
+        self.group_size = option(self, "group_size", DEFAULT_GROUP_SIZE)
 
     def quantize_layer(self, layer: LinearBase) -> Int4Linear:
         return Int4Linear.from_float(layer, self.group_size)

@@ -14,19 +14,28 @@ from fastllm_kernels.quant import NF4_CODES, nf4_linear, pack_int4
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
 
-from fastllm_quant.common import group_size_for
+from fastllm_quant.common import group_size_for, option
+from fastllm_quant.scale_search import by_row_slices, fit_scale
 
 DEFAULT_BLOCK_SIZE = 64
 
 
 def quantize_nf4(weight: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[N, K]`` float -> (codes ``[N, K]``, absmax ``[N, K/block]``): the nearest NF4 code."""
-    w = weight.float().unflatten(1, (-1, block_size))
-    absmax = w.abs().amax(dim=-1).clamp(min=1e-12)
-    codes = torch.tensor(NF4_CODES, device=w.device)
-    midpoints = (codes[1:] + codes[:-1]) / 2
-    index = torch.bucketize(w / absmax[..., None], midpoints)
-    return index.flatten(1).to(torch.uint8), absmax
+    """``[N, K]`` float -> (codes ``[N, K]``, scales ``[N, K/block]``): nearest NF4 codes.
+
+    The scale (stored as ``absmax``, its name in QLoRA's format) starts at the block's absmax
+    and is refitted for the lowest weight error; shrinking it to clip the largest weights
+    lowers that error but costs perplexity, so no smaller start is tried.
+    """
+    codebook = torch.tensor(NF4_CODES, device=weight.device)
+    midpoints = (codebook[1:] + codebook[:-1]) / 2
+
+    def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = rows.float().unflatten(1, (-1, block_size))
+        scales = fit_scale(w, lambda x: codebook[torch.bucketize(x, midpoints)], 1.0, (1.0,))
+        return torch.bucketize(w / scales, midpoints).flatten(1).to(torch.uint8), scales.squeeze(-1)
+
+    return by_row_slices(weight, fit)
 
 
 class Nf4Linear(QuantizedLinear):
@@ -43,9 +52,9 @@ class Nf4Linear(QuantizedLinear):
     def from_float(cls, layer: LinearBase, block_size: int) -> "Nf4Linear":
         module = cls(LinearSpec.of(layer), block_size)
         module.copy_bias(layer)
-        codes, absmax = quantize_nf4(layer.weight.data, module.block_size)
+        codes, scales = quantize_nf4(layer.weight.data, module.block_size)
         module.qweight.data.copy_(pack_int4(codes))
-        module.absmax.data.copy_(absmax)
+        module.absmax.data.copy_(scales)
         return module
 
     def apply_weights(self, x: torch.Tensor) -> torch.Tensor:
@@ -60,7 +69,7 @@ class Nf4Quantizer(Quantizer):
 
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
-        self.block_size = int((checkpoint_config or {}).get("block_size", DEFAULT_BLOCK_SIZE))
+        self.block_size = option(self, "block_size", DEFAULT_BLOCK_SIZE)
 
     def quantize_layer(self, layer: LinearBase) -> Nf4Linear:
         return Nf4Linear.from_float(layer, self.block_size)

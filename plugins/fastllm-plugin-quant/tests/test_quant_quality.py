@@ -13,16 +13,17 @@ from fastllm.quantization import QuantizedLinear
 
 from quant_helpers import SMOLLM2_ARGS, chunk_nlls, perplexity
 
-# method -> (allowed relative perplexity increase, weight bits). int8 meets the target
-# (+1%); fp8 (+2%), nf4 and int4 (+10%) cannot on this 135M model, whose float weights are
-# themselves dequantized Q4_1: measured +2.4%, +27.5% and +31.4% with round-to-nearest, and
-# neither MSE-searched scales, smaller groups nor float zero points came under +18%. The
-# bounds below pin today's quality so that a regression fails; see the plugin README.
+# method -> (allowed relative perplexity increase, weight bits). int8 (+1%) and fp8 (+2%) meet
+# the targets. nf4 and int4 (target +10%) cannot on this 135M model, whose float
+# weights are themselves dequantized Q4_1 (blocks of 32): with searched scales, measured
+# +25.8% and +30.2% on 20,480 tokens (+25.3% and +26.9% on CI's 4,096); int4 with groups of
+# 32 lands on the source grid and loses nothing, which says nothing about float checkpoints.
+# Their bounds pin today's quality so that a regression fails; see the plugin README.
 METHODS = {
     "weight_only_int8": (0.01, 8),
-    "fp8": (0.03, 8),
-    "nf4": (0.32, 4),
-    "weight_only_int4": (0.36, 4),
+    "fp8": (0.02, 8),
+    "nf4": (0.28, 4),
+    "weight_only_int4": (0.33, 4),
 }
 QUESTIONS = {"The capital of France is": "Paris", "1, 2, 3, 4,": "5"}
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Fill .whl/ (ignored by git) with what a bare GPU machine needs to run benchmarks/gpu_session.sh:
+# wheels of fastllm's own distributions, built from this tree, and of the third-party packages
+# its image lacks (for CPython 3.12, manylinux x86-64). Also split the embedded SmolLM2 GGUF into
+# .gguf/smollm2.part_a and part_b, since one call carries at most 64 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .whl .gguf
+rm -f .whl/fastllm*.whl
+python3 -m pip wheel -q --no-deps --no-build-isolation -w .whl . ./kernels ./templates plugins/*/
+PLATFORMS=""
+for p in manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
+  PLATFORMS="$PLATFORMS --platform ${p}_x86_64"
+done
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLATFORMS \
+  -d .whl pydantic pydantic_core annotated_types typing_inspection typing_extensions fastapi starlette \
+  opentelemetry-api uvicorn gguf xgrammar apache-tvm-ffi openai distro jiter sniffio
+gguf=$(python3 -c "from fastllm.model_loader.resolve import embedded_model_path; print(embedded_model_path())")
+half=$(( ($(stat -c %s "$gguf") + 1) / 2 ))
+head -c "$half" "$gguf" > .gguf/smollm2.part_a
+tail -c +"$((half + 1))" "$gguf" > .gguf/smollm2.part_b
+du -sh .whl .gguf/*
