@@ -12,6 +12,7 @@ import argparse
 import gc
 import json
 import random
+import time
 
 import torch
 
@@ -21,10 +22,14 @@ PREFIX_TOKENS = 32
 
 
 def greedy(args: argparse.Namespace, backend: str, prompts: list[list[int]]) -> list[list[int]]:
+    start = time.perf_counter()
     llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, attention_backend=backend,
               max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, seed=0)
     params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True)
+    built = time.perf_counter()
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    print(f"{backend} ({args.dtype}): engine built in {built - start:.1f}s, generated in "
+          f"{time.perf_counter() - built:.1f}s", flush=True)
     del llm
     gc.collect()
     if torch.cuda.is_available():

@@ -7,6 +7,7 @@ support; tensors are renamed to HF names and llama.cpp's Q/K row permutation is 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 from typing import Any, Iterator, Optional
@@ -121,6 +122,16 @@ def config_from_metadata(reader: gguf.GGUFReader) -> Any:
     return AutoConfig.for_model(arch, **values)
 
 
+def tokenizer_cache_dir(model: str) -> str:
+    """Where the tokenizer converted from a GGUF file is kept: converting it re-parses the whole
+    file in Python (tens of seconds for SmolLM2 on a small CPU), loading the saved copy takes
+    well under one. Keyed by the file's path, size and modification time."""
+    stat = os.stat(model)
+    key = hashlib.sha256(f"{os.path.abspath(model)}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    root = os.environ.get("FASTLLM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fastllm")
+    return os.path.join(root, "gguf-tokenizers", key)
+
+
 class GGUFLoader:
     @staticmethod
     def _split(model: str) -> tuple[str, str]:
@@ -132,8 +143,16 @@ class GGUFLoader:
     def load_tokenizer(self, model: str, tokenizer: Optional[str]) -> Any:
         if tokenizer:
             return AutoTokenizer.from_pretrained(tokenizer)
+        cached = tokenizer_cache_dir(model)
+        if os.path.isfile(os.path.join(cached, "tokenizer_config.json")):
+            return AutoTokenizer.from_pretrained(cached)
         folder, name = self._split(model)
-        return AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        converted = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        try:
+            converted.save_pretrained(cached)
+        except OSError:  # a read-only home: convert again next time
+            pass
+        return converted
 
     def load_weights(self, model: str, module: nn.Module) -> None:
         module.load_weights(read_tensors(model))

@@ -88,3 +88,22 @@ def test_dequantized_tensors_match_written(tmp_path, qtype):
     config = GGUFLoader().load_config(str(path))
     assert (config.num_attention_heads, config.num_key_value_heads, config.hidden_size) == (HEADS, KV_HEADS, HIDDEN)
     assert config.architectures == ["LlamaForCausalLM"] and not config.tie_word_embeddings
+
+
+def test_cached_tokenizer_matches_the_converted_one(smollm2_path, tmp_path, monkeypatch):
+    """The first load converts the GGUF's tokenizer and saves it; the second reads the saved copy."""
+    monkeypatch.setenv("FASTLLM_CACHE_DIR", str(tmp_path))
+    converted = GGUFLoader().load_tokenizer(smollm2_path, None)
+    cached = GGUFLoader().load_tokenizer(smollm2_path, None)
+    assert list((tmp_path / "gguf-tokenizers").iterdir())
+    texts = ["Hello world!  The café costs $3.50\n\n\tdef f(x): return x**2", "<|im_start|>user\nhi<|im_end|>",
+             "日本語のテキスト 🙂"]
+    for text in texts:
+        ids = converted.encode(text)
+        assert cached.encode(text) == ids
+        assert cached.decode(ids) == converted.decode(ids)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name three colours."}]
+    render = dict(tokenize=False, add_generation_prompt=True)
+    assert cached.apply_chat_template(messages, **render) == converted.apply_chat_template(messages, **render)
+    assert (cached.eos_token_id, cached.bos_token_id, len(cached), cached.all_special_ids) == \
+        (converted.eos_token_id, converted.bos_token_id, len(converted), converted.all_special_ids)
