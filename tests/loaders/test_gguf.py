@@ -107,3 +107,17 @@ def test_cached_tokenizer_matches_the_converted_one(smollm2_path, tmp_path, monk
     assert cached.apply_chat_template(messages, **render) == converted.apply_chat_template(messages, **render)
     assert (cached.eos_token_id, cached.bos_token_id, len(cached), cached.all_special_ids) == \
         (converted.eos_token_id, converted.bos_token_id, len(converted), converted.all_special_ids)
+
+
+def test_dummy_model_served_with_a_gguf_tokenizer(tiny_llama_dir, smollm2_path):
+    """``tokenizer=<file>.gguf`` plus a vocabulary override: random weights that speak in SmolLM2's tokens."""
+    from fastllm import LLM, SamplingParams
+
+    llm = LLM(tiny_llama_dir, load_format="dummy", tokenizer=smollm2_path, hf_overrides={"vocab_size": 49152},
+              max_model_len=256, num_gpu_blocks_override=8)
+    out = llm.generate(["The capital of France is"], SamplingParams(max_tokens=8, temperature=0.0),
+                       use_tqdm=False)[0]
+    assert llm.engine.hf_config.vocab_size == 49152
+    assert out.prompt_token_ids == llm.engine.tokenizer.encode("The capital of France is")
+    assert out.outputs.text == llm.engine.tokenizer.decode(out.outputs.token_ids)
+    assert len(out.outputs.token_ids) == 8 and out.outputs.text

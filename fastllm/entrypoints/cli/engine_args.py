@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Any
 
@@ -43,7 +44,7 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
         parser.add_argument("model", nargs="?", default=None, help="model path (default: embedded SmolLM2)")
     else:
         parser.add_argument("--model", default=None, help="model path (default: embedded SmolLM2)")
-    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--tokenizer", default=None, help="an HF tokenizer directory or name, or a .gguf file")
     parser.add_argument("--load-format", default="auto")
     parser.add_argument("--dtype", default=None, choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
@@ -72,6 +73,9 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--chat-template", default=None)
     parser.add_argument("--attention-backend", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hf-overrides", type=json.loads, default=None,
+                        help='JSON of config fields to override, e.g. \'{"vocab_size": 49152}\' for a '
+                             "dummy-weight model served with another model's tokenizer")
 
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
