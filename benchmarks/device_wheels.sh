@@ -2,7 +2,8 @@
 # Fill .whl/ (ignored by git) with what a bare GPU machine needs to run benchmarks/gpu_session.sh:
 # wheels of fastllm's own distributions, built from this tree, and of the third-party packages
 # its image lacks (for CPython 3.12, manylinux x86-64). Also split the embedded SmolLM2 GGUF into
-# .gguf/smollm2.part_a and part_b, since one call carries at most 64 MiB.
+# .gguf/smollm2.part_a and part_b, since one call carries at most 64 MiB, and save its tokenizer
+# alone in .gguf/smollm2-tokenizer (a few MB) for runs that need only the vocabulary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl .gguf
@@ -19,4 +20,6 @@ gguf=$(python3 -c "from fastllm.model_loader.resolve import embedded_model_path;
 half=$(( ($(stat -c %s "$gguf") + 1) / 2 ))
 head -c "$half" "$gguf" > .gguf/smollm2.part_a
 tail -c +"$((half + 1))" "$gguf" > .gguf/smollm2.part_b
+python3 -c "import sys; from fastllm.model_loader.gguf_loader import GGUFLoader
+GGUFLoader().load_tokenizer(sys.argv[1], None).save_pretrained('.gguf/smollm2-tokenizer')" "$gguf"
 du -sh .whl .gguf/*

@@ -63,10 +63,11 @@ features)
   fi
   ;;
 serve)
-  $FASTLLM serve $MODEL --load-format dummy --dtype bfloat16 --tokenizer "$SMOLLM2" --port 8011 \
-    --max-model-len 2048 --disable-log-requests >"$OUT/server.txt" 2>&1 &
+  # random Llama-3-8B-shaped weights over SmolLM2's vocabulary, so that the text has real tokens
+  $FASTLLM serve $MODEL --load-format dummy --dtype bfloat16 --tokenizer .gguf/smollm2-tokenizer --port 8011 \
+    --hf-overrides '{"vocab_size": 49152}' --max-model-len 2048 --disable-log-requests >"$OUT/server.txt" 2>&1 &
   for _ in $(seq 120); do curl -sf localhost:8011/health >/dev/null && break; sleep 2; done
-  step serve 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --model-path "$SMOLLM2" \
+  step serve 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --tokenizer .gguf/smollm2-tokenizer \
     --num-prompts 500 --random-input-len 1024 --random-output-len 256 --ignore-eos --request-rate 16 \
     --save-result --result-dir "$OUT" --result-filename serve_h100.json
   curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve.txt"
