@@ -7,8 +7,12 @@ grid repeats every factor of two; none clips), refits each by least squares and 
 with the lowest weight error (``scale_search``). Activations keep the plain per-token absmax:
 their scale is computed at run time, on the hot path.
 
-On GPUs with FP8 tensor cores (compute capability >= 8.9) the product is ``torch._scaled_mm``
-with both scales applied in its epilogue; elsewhere a torch path performs the same roundings
+On CUDA, decode-sized batches (``fused``: up to 64 rows) skip the activation quantization: the
+W8A16 kernel widens the e4m3 weights in registers and streams them once, as weight-only int8
+does. Larger batches on GPUs with FP8 tensor cores (compute capability >= 8.9) quantize the
+activations in one fused kernel and call ``torch._scaled_mm`` with both scales in its epilogue;
+the weight ``[N, K]`` row-major is already the column-major ``[K, N]`` operand it wants, so
+``weight.t()`` is a view, never a copy. Elsewhere a torch path performs the same roundings
 (activations to e4m3, weights as stored) and multiplies in float32.
 """
 
@@ -18,6 +22,8 @@ import functools
 
 import torch
 import torch.nn.functional as F
+from fastllm_kernels.quant import fp8_linear, quantize_fp8_rows
+from fastllm_kernels.quant.common import fused
 
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
@@ -27,13 +33,6 @@ from fastllm_quant.scale_search import by_row_slices, fit_scale
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max
 OCTAVE = tuple(2.0 ** (i / 8) for i in range(8))
-
-
-def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[R, K]`` -> (e4m3 ``[R, K]``, float32 scale ``[R, 1]``), each row scaled to fill the range."""
-    x = x.float()
-    scale = (x.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-    return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
 def nearest_fp8(x: torch.Tensor) -> torch.Tensor:
@@ -57,6 +56,8 @@ def has_fp8_tensor_cores(device: torch.device) -> bool:
 
 def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
     """``x [M, K]`` -> ``[M, N]`` in x's dtype; ``weight`` e4m3 ``[N, K]``, ``weight_scale`` ``[N]`` float32."""
+    if fused(x):
+        return fp8_linear(x, weight, weight_scale)
     x_fp8, x_scale = quantize_fp8_rows(x)
     if has_fp8_tensor_cores(x.device):
         return torch._scaled_mm(x_fp8, weight.t(), scale_a=x_scale, scale_b=weight_scale[None, :],
