@@ -2,12 +2,13 @@
 # What the CUDA path has to show, in phases that each fit one 10-minute call, most important
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh engine|features|serve
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...   (engine, features, quant, serve)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
-# of fastllm's own distributions (benchmarks/device_wheels.sh builds them); .gguf/ may hold the
-# SmolLM2 GGUF in parts (smollm2.part_*), joined on the machine once all have arrived.
+# of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
+# with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
+# hold the SmolLM2 GGUF in parts (smollm2.part_*), joined on the machine once all have arrived.
 set -u
-PHASE=${1:-engine}
+PHASES=${*:-engine}
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -24,8 +25,9 @@ fi
 SMOLLM2=smollm2-135m; SMOLLM2_FORMAT=dummy
 if [ -f "$GGUF" ]; then SMOLLM2=$GGUF; SMOLLM2_FORMAT=gguf; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
-echo "phase $PHASE, SmolLM2: $SMOLLM2 ($SMOLLM2_FORMAT)" | tee -a "$OUT/device.txt"
-FASTLLM="python3 -m fastllm.entrypoints.cli.main"
+echo "phases $PHASES, SmolLM2: $SMOLLM2 ($SMOLLM2_FORMAT)" | tee -a "$OUT/device.txt"
+PY="python3 -P"
+FASTLLM="$PY -m fastllm.entrypoints.cli.main"
 MODEL=${MODEL:-llama-3-8b}
 COMMON="--model $MODEL --load-format dummy --dtype bfloat16"
 
@@ -38,6 +40,7 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the output's tail
   tail -${TAIL:-25} "$OUT/$name.txt"
 }
 
+for PHASE in $PHASES; do
 case $PHASE in
 engine)
   step latency 150 $FASTLLM bench latency $COMMON --batch-size 1 16 --input-len 128 --output-len 256 \
@@ -47,18 +50,16 @@ engine)
     --num-iters 1 --max-num-seqs 16 --async-scheduling false
   step throughput 230 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
     --range-ratio 0 --quiet --compare hf --hf-num-prompts 32 --output-json "$OUT/throughput.json"
-  TAIL=8 step tests 110 python3 -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
+  TAIL=8 step tests 110 $PY -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
     tests/engine/test_cuda_graphs.py kernels/tests
   ;;
 features)
-  step equality 100 sh -c "python3 benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
-    --dtype float32 && python3 benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT --dtype bfloat16"
-  step quant 230 python3 benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
-    --num-prompts 256 --out "$OUT/quant_decode.json"
-  if [ "$SMOLLM2_FORMAT" = gguf ]; then
-    step lookahead 120 python3 benchmarks/lookahead.py --model "$SMOLLM2" --dtype bfloat16 --num-prompts 4 \
+  step equality 100 sh -c "$PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
+    --dtype float32 && $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT --dtype bfloat16"
+    if [ "$SMOLLM2_FORMAT" = gguf ]; then
+    step lookahead 120 $PY benchmarks/lookahead.py --model "$SMOLLM2" --dtype bfloat16 --num-prompts 4 \
       --output-json "$OUT/lookahead.json"
-    step structured 90 python3 benchmarks/structured_output.py --model "$SMOLLM2" --num-prompts 64 \
+    step structured 90 $PY benchmarks/structured_output.py --model "$SMOLLM2" --num-prompts 64 \
       --max-tokens 128 --repeats 2 --output-json "$OUT/structured_output.json"
   fi
   ;;
@@ -73,4 +74,11 @@ serve)
   curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve.txt"
   kill %1
   ;;
+quant)
+  TAIL=5 step quant_tests 100 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/quant
+  step quant_gemm 90 $PY benchmarks/quant_gemm.py --out "$OUT/quant_gemm.json"
+  step quant 150 $PY benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
+    --num-prompts 256 --out "$OUT/quant_decode.json"
+  ;;
 esac
+done
