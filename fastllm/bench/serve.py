@@ -23,12 +23,15 @@ from fastllm import registry
 from fastllm.bench.datasets import BenchRequest, random_requests, sharegpt_requests
 from fastllm.bench.stats import RequestResult, summarize
 from fastllm.bench.table import print_summary
-from fastllm.model_loader.resolve import embedded_model_path, resolve_load_format
+from fastllm.model_loader.resolve import embedded_model_path, load_tokenizer, resolve_load_format
 
 
-def load_tokenizer(model: str, tokenizer: Optional[str]) -> Any:
-    """The tokenizer the server uses, through fastllm's own loaders (so a GGUF file works too)."""
-    return registry.get("load_formats", resolve_load_format(model, "auto"))().load_tokenizer(model, tokenizer)
+def server_tokenizer(args: argparse.Namespace) -> Any:
+    """The tokenizer the server uses: ``--tokenizer``, else ``--model-path``'s (default: the embedded
+    model's), through fastllm's own loaders so that a GGUF file works too."""
+    model = args.model_path or (None if args.tokenizer else embedded_model_path())
+    loader = registry.get("load_formats", resolve_load_format(model, "auto"))() if model else None
+    return load_tokenizer(loader, model, args.tokenizer)
 
 
 async def send_one(client: Any, args: argparse.Namespace, model: str, request: BenchRequest,
@@ -122,7 +125,7 @@ def save_result(args: argparse.Namespace, model: str, summary: dict[str, Any], r
 
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would bury the table
-    tokenizer = load_tokenizer(args.model_path or embedded_model_path(), args.tokenizer)
+    tokenizer = server_tokenizer(args)
     requests, prompts = build_requests(args, tokenizer)
     model, results, duration = asyncio.run(run_load(args, requests, prompts))
     summary = summarize(results, duration)

@@ -33,11 +33,18 @@ def resolve_load_format(model: str, load_format: str) -> str:
                      "'gguf', 'safetensors' or 'dummy'")
 
 
-def load_tokenizer(loader: Any, model: str, tokenizer: Optional[str]) -> Any:
-    """``tokenizer`` when given (an HF tokenizer directory or name, or a GGUF file, whose own
-    tokenizer is used: e.g. a dummy-weight model served with SmolLM2's), else the model's own."""
-    if tokenizer and tokenizer.endswith(".gguf"):
+def named_tokenizer(tokenizer: str) -> Any:
+    """``--tokenizer``: an HF tokenizer directory or name, or a GGUF file, whose own tokenizer is
+    used (e.g. a dummy-weight model served with SmolLM2's)."""
+    if tokenizer.endswith(".gguf"):
         from fastllm.model_loader.gguf_loader import GGUFLoader
 
         return GGUFLoader().load_tokenizer(tokenizer, None)
-    return loader.load_tokenizer(model, tokenizer)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer)
+
+
+def load_tokenizer(loader: Any, model: str, tokenizer: Optional[str]) -> Any:
+    """``tokenizer`` when given (see ``named_tokenizer``), else the model's own through its loader."""
+    return named_tokenizer(tokenizer) if tokenizer else loader.load_tokenizer(model, None)

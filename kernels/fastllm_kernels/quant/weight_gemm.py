@@ -47,14 +47,16 @@ def _code_values(packed, codebook, FOUR_BIT: tl.constexpr, FP8: tl.constexpr, NF
     NF4 value from the 16-entry code book held in registers. Scales and zeros come later.
     e4m3 arrives as bytes, so masked lanes read 0 (a NaN-free zero) and the cast is a bitcast."""
     if FP8:
-        return packed.to(tl.float8e4nv, bitcast=True).to(dtype)
-    if FOUR_BIT:
+        values = packed.to(tl.float8e4nv, bitcast=True).to(dtype)
+    elif FOUR_BIT:
         codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, COLS)
         if NF4:
-            flat = codes.reshape(ROWS * COLS).to(tl.int32)
-            return tl.gather(codebook, flat, 0).reshape(ROWS, COLS).to(dtype)
-        return codes.to(dtype)
-    return packed.to(dtype)
+            values = tl.gather(codebook, codes.reshape(ROWS * COLS).to(tl.int32), 0).reshape(ROWS, COLS).to(dtype)
+        else:
+            values = codes.to(dtype)
+    else:
+        values = packed.to(dtype)
+    return values  # one return: the compiler types every return statement, live or not
 
 
 @triton.jit
