@@ -76,14 +76,20 @@ async def run_load(args: argparse.Namespace, requests: list[BenchRequest],
     """(model name used, one result per request in order, wall time of the whole run)."""
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=args.base_url.rstrip("/") + "/v1", api_key=args.api_key or "EMPTY",
-                         max_retries=0, timeout=args.timeout)
-    model = args.model or (await client.models.list()).data[0].id
+    def new_client() -> AsyncOpenAI:
+        return AsyncOpenAI(base_url=args.base_url.rstrip("/") + "/v1", api_key=args.api_key or "EMPTY",
+                           max_retries=0, timeout=args.timeout)
+
+    async with new_client() as client:
+        model = args.model or (await client.models.list()).data[0].id
     limit = asyncio.Semaphore(args.max_concurrency or len(requests))
     rng = random.Random(args.seed)
 
     async def limited(request: BenchRequest, prompt: str) -> RequestResult:
-        async with limit:
+        """Each request on a client, so a connection, of its own, as vLLM's benchmark opens one per
+        request: reusing an idle keep-alive connection races the server closing it (uvicorn closes
+        after 5 idle seconds) and fails requests with "Connection error" that no server fault caused."""
+        async with limit, new_client() as client:
             return await send_one(client, args, model, request, prompt)
 
     tasks = []
@@ -94,7 +100,6 @@ async def run_load(args: argparse.Namespace, requests: list[BenchRequest],
             await asyncio.sleep(rng.expovariate(args.request_rate))
     results = await asyncio.gather(*tasks)
     duration = time.perf_counter() - start
-    await client.close()
     return model, results, duration
 
 
