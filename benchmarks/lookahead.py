@@ -8,10 +8,18 @@ pool holds the first answer). Every request runs on both engines in turn, so
 slow and fast moments of a shared machine fall on both alike (and which goes first alternates).
 Reported per workload: decode speed (tokens after the first, over the wall-clock time after
 the first), the same ratio in process CPU time (whole requests: steadier than wall-clock time
-on a busy machine), tokens per forward step, and draft acceptance.
+on a busy machine), tokens per forward step, and draft acceptance. Each engine first serves a
+few warm-up requests (``--warmup``), so one-off compilation is not timed.
+
+Greedy outputs must agree between the engines. In bfloat16 they may not, token for token:
+a verification pass computes several positions in one matrix product, which rounds
+differently from a one-token step, and a near-tie of the top two logits then flips. So in any
+dtype other than float32 the same prompts run again on a float32 pair of engines
+(``--check-float32``), where that rounding is too small to flip a greedy choice.
 
     python benchmarks/lookahead.py                                              # SmolLM2, CPU
     python benchmarks/lookahead.py --model llama-3-8b --load-format dummy       # GPU, random weights
+    python benchmarks/lookahead.py --model SmolLM2-135M-Instruct.Q4_1.gguf --dtype bfloat16 --num-prompts 4
 
 Without a tokenizer (dummy weights) the prompts are token ids: ``copy`` then holds a random
 "document" twice, and only ``repeat`` says much, since random weights copy nothing.
@@ -107,7 +115,7 @@ def workloads(args: argparse.Namespace, has_tokenizer: bool, vocab: int) -> dict
         docs = [ids(args.doc_tokens) for _ in range(args.num_prompts)]
         return {"copy": [d + d for d in docs], "free": [ids(32) for _ in range(args.num_prompts)],
                 "norepeat": [ids(32) for _ in range(args.num_prompts)], "repeat": [ids(32)] * 2,
-                "warmup": [ids(8)]}
+                "warmup": [ids(8)] + [d + d for d in (ids(64) for _ in range(args.warmup))]}
     chat = lambda text: [{"role": "user", "content": text}]
     questions = [q.format(topic=t) for t in TOPICS for q in QUESTIONS]
     rng.shuffle(questions)
@@ -117,7 +125,8 @@ def workloads(args: argparse.Namespace, has_tokenizer: bool, vocab: int) -> dict
         "free": [chat(q) for q in questions[:args.num_prompts]],
         "norepeat": [chat(q) for q in questions[args.num_prompts:2 * args.num_prompts]],
         "repeat": [chat(questions[2 * args.num_prompts])] * 2,
-        "warmup": [chat("Say hello.")],
+        "warmup": [chat("Say hello.")] + [chat("Repeat the following text exactly:\n\n" + document(rng, 2))
+                                          for _ in range(args.warmup)],
     }
 
 
@@ -145,6 +154,18 @@ def measure(engines: dict[str, Engine], prompts: list[Any], params: SamplingPara
     return runs
 
 
+def build_engines(model: str, common: dict[str, Any], spec: dict[str, Any]) -> dict[str, Engine]:
+    return {"plain": Engine(LLM(model, **common)), "lookahead": Engine(LLM(model, speculative_config=spec, **common))}
+
+
+def float32_mismatches(model: str, common: dict[str, Any], spec: dict[str, Any],
+                       requests: list[tuple[Any, SamplingParams]]) -> int:
+    """How many greedy outputs differ between a plain and a lookahead engine in float32."""
+    engines = build_engines(model, common, spec)
+    return sum(engines["plain"].run(prompt, params)[1] != engines["lookahead"].run(prompt, params)[1]
+               for prompt, params in requests)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M GGUF")
@@ -161,6 +182,9 @@ def main() -> None:
     parser.add_argument("--repetition-penalty", type=float, default=1.3, help="norepeat workload")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed copy requests per engine first")
+    parser.add_argument("--check-float32", action=argparse.BooleanOptionalAction, default=None,
+                        help="compare greedy outputs on two float32 engines too (default: unless float32)")
     parser.add_argument("--output-json", default="benchmarks/results/lookahead.json")
     args = parser.parse_args()
     if args.threads:
@@ -170,14 +194,15 @@ def main() -> None:
     common = {"load_format": args.load_format, "dtype": args.dtype, "max_model_len": args.max_model_len,
               "num_gpu_blocks_override": args.num_gpu_blocks, "attention_backend": args.attention_backend}
     spec = {"method": "lookahead", "num_speculative_tokens": args.num_speculative_tokens}
-    engines = {"plain": Engine(LLM(model, **common)), "lookahead": Engine(LLM(model, speculative_config=spec, **common))}
+    engines = build_engines(model, common, spec)
     llm = engines["plain"].llm
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     prompts = workloads(args, llm.tokenizer is not None, llm.engine.hf_config.vocab_size)
     mismatches = []
     check = lambda a, b: mismatches.append(1) if a != b else None
     for engine in engines.values():
-        engine.run(prompts["warmup"][0], SamplingParams(temperature=0.0, max_tokens=8))
+        for prompt in prompts["warmup"]:
+            engine.run(prompt, SamplingParams(temperature=0.0, max_tokens=args.max_tokens // 2))
 
     penalized = params.model_copy(update={"repetition_penalty": args.repetition_penalty})
     results: dict[str, Any] = {}
@@ -196,6 +221,13 @@ def main() -> None:
                          for mode, runs in repeat.items()}
     results["lookahead_stats"] = engines["lookahead"].llm.engine.speculator.stats()
     results["greedy_mismatches"] = len(mismatches)
+    check_float32 = args.check_float32
+    if check_float32 is None:
+        check_float32 = llm.engine.dtype != torch.float32
+    if check_float32:
+        everything = [(p, penalized if name == "norepeat" else params) for name in WORKLOADS for p in prompts[name]]
+        results["float32_greedy_mismatches"] = float32_mismatches(model, common | {"dtype": "float32"}, spec,
+                                                                  everything)
 
     device = llm.engine.platform.device.type
     print(f"\nlookahead decoding on {device} ({os.path.basename(model)}), batch 1, greedy, "
@@ -212,7 +244,10 @@ def main() -> None:
         first, second = results["repeat"][mode]
         print(f"repeat    {mode:<10} first {first['decode_tok_s']:>7.1f} tok/s ({first['tokens_per_step']:.2f} "
               f"tokens/step), second {second['decode_tok_s']:>7.1f} tok/s ({second['tokens_per_step']:.2f} tokens/step)")
-    print(f"greedy outputs that differ between the engines: {len(mismatches)}")
+    print(f"greedy outputs that differ between the engines: {len(mismatches)} of "
+          f"{args.num_prompts * len(WORKLOADS) + 2} ({args.dtype})")
+    if check_float32:
+        print(f"the same prompts in float32: {results['float32_greedy_mismatches']} differ")
     if args.output_json:
         os.makedirs(os.path.dirname(args.output_json) or ".", exist_ok=True)
         with open(args.output_json, "w") as f:

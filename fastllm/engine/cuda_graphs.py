@@ -1,8 +1,16 @@
-"""CUDA graphs of the decode forward pass: one replay instead of hundreds of kernel launches.
+"""CUDA graphs of short forward passes: one replay instead of hundreds of kernel launches.
 
 A decode step at small batch is bound by launch overhead, not by the GPU: replaying a captured
-graph removes it. One graph is captured per padded batch size; a step of ``n`` decodes runs the
-smallest graph that holds ``n``, its extra rows pointing at no cache slot (slot -1, length 1).
+graph removes it. One graph is captured per (padded batch size, query length): query length 1
+is plain decoding; 2 .. ``max_query_len`` are speculative verification steps (each sequence's
+last token plus its drafts), captured for batches up to ``MAX_VERIFY_BATCH``.
+
+A step of ``n`` sequences runs the smallest graph of its longest query, ``q``, that holds ``n``.
+Sequence ``b`` owns rows ``b*q .. b*q+q-1``; a shorter query fills the first of them and the rest
+are padding: they write no cache slot (slot -1), and its ``seq_len`` grows by their number, so
+its real queries keep their positions (an extend query ``i`` sits at ``seq_len - q + i``) and
+never see them (they come after). Padded batch rows hold only padding (slot -1, length ``q``).
+Padding attends to junk keys, and its outputs are dropped.
 """
 
 from __future__ import annotations
@@ -13,8 +21,11 @@ from typing import Callable
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
+from fastllm.platforms.transfer import to_device
 
 logger = logging.getLogger(__name__)
+# Larger verification batches are dense enough that launches hide behind the computation.
+MAX_VERIFY_BATCH = 16
 
 
 def capture_sizes(max_batch: int) -> list[int]:
@@ -24,64 +35,95 @@ def capture_sizes(max_batch: int) -> list[int]:
 
 
 class DecodeGraphs:
-    """Static input buffers and one captured graph per batch size, sharing one memory pool."""
+    """Static input buffers and one captured graph per (batch size, query length), sharing one pool."""
 
     def __init__(self, forward: Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor],
-                 max_batch: int, max_blocks_per_seq: int, max_model_len: int, device: torch.device):
+                 max_batch: int, max_blocks_per_seq: int, max_model_len: int, device: torch.device,
+                 max_query_len: int = 1):
         self.forward = forward
         self.max_model_len = max_model_len
         self.sizes = capture_sizes(max_batch)
-        self.input_ids = torch.zeros(max_batch, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(max_batch, dtype=torch.int64, device=device)
-        self.slot_mapping = torch.full((max_batch,), -1, dtype=torch.int64, device=device)
+        verify_sizes = capture_sizes(min(max_batch, MAX_VERIFY_BATCH))
+        self.keys = [(size, 1) for size in self.sizes] + [
+            (size, q) for q in range(2, max_query_len + 1) for size in verify_sizes]
+        max_tokens = max(size * q for size, q in self.keys)
+        self.input_ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
         self.seq_lens = torch.ones(max_batch, dtype=torch.int32, device=device)
-        self.block_tables = torch.zeros(max_batch, max_blocks_per_seq, dtype=torch.int32, device=device)
-        self.query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        # Padding queries read up to max_query_len - 1 positions past a sequence's last block.
+        self.block_tables = torch.zeros(max_batch, max_blocks_per_seq + max_query_len - 1, dtype=torch.int32,
+                                        device=device)
+        self.query_start_locs = {q: torch.arange(0, (max_batch + 1) * q, q, dtype=torch.int32, device=device)
+                                 for q in range(1, max_query_len + 1)}
+        self.sizes_by_query_len: dict[int, list[int]] = {}
+        for size, q in sorted(self.keys):
+            self.sizes_by_query_len.setdefault(q, []).append(size)
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[tuple[int, int], torch.Tensor] = {}
 
-    def _metadata(self, size: int) -> AttentionMetadata:
-        """What every graph of ``size`` rows reads; host-side fields are fixed at capture."""
+    def _metadata(self, size: int, query_len: int = 1) -> AttentionMetadata:
+        """What every graph of ``size`` rows of ``query_len`` reads; host-side fields are fixed at capture."""
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:size], query_start_loc=self.query_start_loc[:size + 1],
-            seq_lens=self.seq_lens[:size], block_tables=self.block_tables[:size], num_decodes=size,
-            max_query_len=1, max_seq_len=self.max_model_len, query_lens_cpu=[1] * size,
+            slot_mapping=self.slot_mapping[:size * query_len],
+            query_start_loc=self.query_start_locs[query_len][:size + 1],
+            seq_lens=self.seq_lens[:size], block_tables=self.block_tables[:size],
+            num_decodes=size if query_len == 1 else 0, max_query_len=query_len,
+            max_seq_len=self.max_model_len, query_lens_cpu=[query_len] * size,
             seq_lens_cpu=[self.max_model_len] * size)
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Largest first, so smaller graphs reuse the pool the largest one sized."""
+        """Most tokens first, so smaller graphs reuse the pool the largest one sized."""
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
-        for size in reversed(self.sizes):
-            meta = self._metadata(size)
-            args = (self.input_ids[:size], self.positions[:size], meta)
+        for key in sorted(self.keys, key=lambda k: (-k[0] * k[1], k)):
+            size, query_len = key
+            self.seq_lens[:size].fill_(query_len)
+            tokens = size * query_len
+            args = (self.input_ids[:tokens], self.positions[:tokens], self._metadata(size, query_len))
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 self.forward(*args)  # compiles Triton kernels and warms cuBLAS outside the capture
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
-                self.outputs[size] = self.forward(*args)
-            self.graphs[size] = graph
+                self.outputs[key] = self.forward(*args)
+            self.graphs[key] = graph
         torch.cuda.synchronize()
-        logger.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
+        logger.info("captured CUDA graphs for (batch size, query length) %s", sorted(self.keys))
+
+    def _size(self, num_seqs: int, query_len: int) -> int | None:
+        return next((size for size in self.sizes_by_query_len.get(query_len, ()) if size >= num_seqs), None)
 
     def can_run(self, meta: AttentionMetadata) -> bool:
-        n = meta.num_seqs
-        return meta.num_decodes == n and n <= self.sizes[-1] and meta.block_tables.shape[1] <= \
-            self.block_tables.shape[1]
+        return (self._size(meta.num_seqs, meta.max_query_len) is not None
+                and meta.block_tables.shape[1] <= self.block_tables.shape[1] - meta.max_query_len + 1)
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """Copy the step into the static buffers, replay the smallest graph that fits, return ``n`` rows."""
-        n = meta.num_seqs
-        size = next(s for s in self.sizes if s >= n)
-        self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(positions)
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
-        self.slot_mapping[n:size].fill_(-1)
-        self.seq_lens[:n].copy_(meta.seq_lens)
-        self.seq_lens[n:size].fill_(1)
+        """Copy the step into the static buffers, replay the smallest graph that fits, return its
+        rows in the step's packed order."""
+        n, q = meta.num_seqs, meta.max_query_len
+        size = self._size(n, q)
+        lens = meta.query_lens_cpu
         self.block_tables[:n, : meta.block_tables.shape[1]].copy_(meta.block_tables)
-        self.graphs[size].replay()
-        return self.outputs[size][:n]
+        self.seq_lens[n:size].fill_(q)
+        if all(length == q for length in lens):  # packed rows are the graph's rows
+            tokens = n * q
+            self.input_ids[:tokens].copy_(input_ids)
+            self.positions[:tokens].copy_(positions)
+            self.slot_mapping[:tokens].copy_(meta.slot_mapping)
+            self.slot_mapping[tokens:size * q].fill_(-1)
+            self.seq_lens[:n].copy_(meta.seq_lens)
+            self.graphs[(size, q)].replay()
+            return self.outputs[(size, q)][:tokens]
+        rows = [b * q + i for b, length in enumerate(lens) for i in range(length)]
+        host = to_device(rows + [q - length for length in lens], torch.int64, input_ids.device)
+        rows_on_device, padding = host[: len(rows)], host[len(rows):]
+        self.input_ids.index_copy_(0, rows_on_device, input_ids)
+        self.positions.index_copy_(0, rows_on_device, positions)
+        self.slot_mapping[:size * q].fill_(-1)
+        self.slot_mapping.index_copy_(0, rows_on_device, meta.slot_mapping)
+        self.seq_lens[:n].copy_(meta.seq_lens + padding)
+        self.graphs[(size, q)].replay()
+        return self.outputs[(size, q)].index_select(0, rows_on_device)

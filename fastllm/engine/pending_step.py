@@ -31,13 +31,13 @@ class SequenceResult:
 class SampledRows:
     """The rows of the step's token tensor that belong to one sequence, from ``start`` on.
 
-    ``tokens`` is set when the host already knows them (verified drafts); otherwise the
-    sequence has one row, whose token is read from the device.
+    A sequence that verified drafts owns ``num_accepted[draft_group] + 1`` rows (see
+    ``fastllm.spec_decode.verify``); any other owns one.
     """
 
     seq_id: int
     start: int
-    tokens: Optional[list[int]] = None
+    draft_group: Optional[int] = None
 
 
 class PendingStep:
@@ -45,11 +45,13 @@ class PendingStep:
 
     A logprob is a logit less its row's ``logsumexp``: only the chosen and the top-k ones are
     computed. ``top_k[row]`` is how many alternatives that row's request asked for (None: none).
+    ``num_accepted`` (drafts accepted per draft group) comes back in the same copy.
     """
 
     def __init__(self, results: dict[int, SequenceResult], owners: list[SampledRows] = (),
                  tokens: Optional[torch.Tensor] = None, logits: Optional[torch.Tensor] = None,
-                 logsumexp: Optional[torch.Tensor] = None, top_k: list[Optional[int]] = ()):
+                 logsumexp: Optional[torch.Tensor] = None, top_k: list[Optional[int]] = (),
+                 num_accepted: Optional[torch.Tensor] = None):
         self._results, self._owners, self._top_k = results, list(owners), list(top_k)
         self._copy = None
         if tokens is not None:
@@ -59,7 +61,9 @@ class PendingStep:
             if wanted is not None:
                 values, ids = logits.topk(max(wanted, 1), dim=-1)
                 top = [values - logsumexp[:, None], ids]
-            self._copy = HostCopy([tokens, chosen, *top])
+            accepted = [] if num_accepted is None else [num_accepted]
+            self._copy = HostCopy([tokens, chosen, *accepted, *top])
+            self._has_drafts = num_accepted is not None
 
     def results(self) -> dict[int, SequenceResult]:
         """Every sequence's tokens and logprobs; waits for the device where they are not back yet."""
@@ -67,12 +71,14 @@ class PendingStep:
             return self._results
         tensors, self._copy = [t.tolist() for t in self._copy.wait()], None
         tokens, chosen = tensors[0], tensors[1]
-        top_values, top_ids = tensors[2:] or (None, None)
+        num_accepted = tensors[2] if self._has_drafts else []
+        top_values, top_ids = tensors[2 + self._has_drafts:] or (None, None)
         for owner in self._owners:
             result = self._results[owner.seq_id]
-            result.new_token_ids = owner.tokens if owner.tokens is not None else [tokens[owner.start]]
-            result.num_accepted_drafts = len(result.new_token_ids) - 1
-            rows = range(owner.start, owner.start + len(result.new_token_ids))
+            count = 1 if owner.draft_group is None else num_accepted[owner.draft_group] + 1
+            result.new_token_ids = tokens[owner.start:owner.start + count]
+            result.num_accepted_drafts = count - 1
+            rows = range(owner.start, owner.start + count)
             result.token_logprobs = [chosen[r] for r in rows]
             result.logprobs = [self._alternatives(r, tokens, chosen, top_values, top_ids) for r in rows]
         return self._results

@@ -16,6 +16,10 @@ class SpeculativeDecoder(Protocol):
     model agrees with (``fastllm.spec_decode.verify``): greedy output is unchanged and
     sampled output keeps its distribution, whatever the drafts. Rejected drafts cost
     only their slots in that pass. ``seq.spec_state`` is free for the decoder's own state.
+
+    ``speculative_config["num_speculative_tokens"]``, where given, is the most drafts a
+    sequence proposes per step: on CUDA the runner captures graphs of verification steps up
+    to that many (steps with more drafts, or without the key, verify eagerly, far slower).
     """
 
     def on_prompt(self, seq: Sequence) -> None:

@@ -4,15 +4,19 @@ Drafts come from a deterministic proposer (a point mass q), so speculative sampl
 reduces to: accept draft x with probability p(x); on rejection sample from p with x
 removed. The output distribution equals sampling from p one token at a time.
 
-The whole step is verified at once, with at most three device-to-host copies whatever
-the batch size: a copy per draft would stall a GPU step once per draft token.
+Everything runs on the device and nothing is read back here: the host learns the outcome
+with the step's other results, in the one device-to-host copy of ``PendingStep``. A read
+per step (let alone per draft) would stall the host behind the GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
+
+from fastllm.platforms.transfer import to_device
 
 
 @dataclass
@@ -25,51 +29,74 @@ class DraftGroup:
     generator: torch.Generator | None = None
 
 
-def verify_drafts(probs: torch.Tensor, greedy_tokens: torch.Tensor, groups: list[DraftGroup]) -> list[list[int]]:
-    """``probs [rows, vocab]`` and their argmax -> per group, its accepted drafts and one new token."""
-    out: list[list[int]] = [[] for _ in groups]
-    greedy_ids = greedy_tokens.tolist()
-    sampled = []
-    for i, group in enumerate(groups):
-        if not group.greedy:
-            sampled.append(i)
-            continue
-        row = group.start
-        for draft in group.drafts:
-            if greedy_ids[row] != draft:
-                break
-            out[i].append(draft)
-            row += 1
-        out[i].append(greedy_ids[row])
+@dataclass
+class VerifiedDrafts:
+    """Still on the device. ``tokens[start + j]`` is what a group yields at its row j: the
+    accepted draft for ``j < num_accepted``, the new token at ``j == num_accepted``; later
+    rows hold junk. A group's output is ``tokens[start : start + num_accepted + 1]``."""
+
+    tokens: torch.Tensor  # [rows] int64
+    num_accepted: torch.Tensor  # [groups] int64
+
+
+def verify_drafts(probs: Optional[torch.Tensor], greedy_tokens: torch.Tensor,
+                  groups: list[DraftGroup]) -> VerifiedDrafts:
+    """``greedy_tokens [rows]`` (the argmax of each row) and, where some group samples, the target
+    ``probs [rows, vocab]`` -> the tokens and accepted counts, without a device-to-host copy.
+    At least one group has drafts.
+
+    A greedy group keeps the longest run of drafts equal to the argmax, and the argmax after
+    it: the argmax row by row, so its tokens are ``greedy_tokens`` themselves."""
+    device = greedy_tokens.device
+    width = max(len(g.drafts) for g in groups)
+    padded = [d for g in groups for d in g.drafts + [-1] * (width - len(g.drafts))]
+    host = to_device(padded + [g.start for g in groups] + [g.greedy for g in groups], torch.int64, device)
+    drafts = host[: len(padded)].view(len(groups), width)
+    starts, greedy = host[len(padded):len(padded) + len(groups)], host[len(padded) + len(groups):].bool()
+    rows = (starts[:, None] + torch.arange(width, device=device)).clamp(max=greedy_tokens.shape[0] - 1)
+    accepted = greedy_tokens[rows] == drafts  # padding (-1) never matches
+    sampled = [g for g in groups if not g.greedy]
     if sampled:
-        _verify_sampled(probs, [groups[i] for i in sampled], [out[i] for i in sampled])
-    return out
+        accepted = torch.where(greedy[:, None], accepted, _accept_sampled(probs, groups, rows, drafts))
+    num_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)
+    tokens = greedy_tokens
+    if sampled:
+        tokens = greedy_tokens.clone()
+        _write_sampled(tokens, probs, groups, drafts, starts, num_accepted)
+    return VerifiedDrafts(tokens, num_accepted)
 
 
-def _verify_sampled(probs: torch.Tensor, groups: list[DraftGroup], out: list[list[int]]) -> None:
-    """Accept each draft with probability p(draft) until one fails, then draw the next token
-    from the residual (p without the rejected draft) or, all accepted, from the last row."""
-    device = probs.device
-    num_accepted = [0] * len(groups)
-    rows = [g.start + j for g in groups for j in range(len(g.drafts))]
-    if rows:
-        tokens = [d for g in groups for d in g.drafts]
-        p_draft = probs[torch.tensor(rows, device=device), torch.tensor(tokens, device=device)]
-        uniform = torch.cat([torch.rand(len(g.drafts), generator=g.generator, device=device) for g in groups])
-        accept = (uniform < p_draft).tolist()
-        first = 0
-        for i, group in enumerate(groups):
-            while num_accepted[i] < len(group.drafts) and accept[first + num_accepted[i]]:
-                num_accepted[i] += 1
-            first += len(group.drafts)
-    final = probs[torch.tensor([g.start + k for g, k in zip(groups, num_accepted)], device=device)]
-    rejected = [(i, g.drafts[k]) for i, (g, k) in enumerate(zip(groups, num_accepted)) if k < len(g.drafts)]
-    if rejected:
-        final[[i for i, _ in rejected], [token for _, token in rejected]] = 0.0
-    noise = torch.empty_like(final)
+def _accept_sampled(probs: torch.Tensor, groups: list[DraftGroup], rows: torch.Tensor,
+                    drafts: torch.Tensor) -> torch.Tensor:
+    """Draft j of a group holds with probability p(draft) under row j; a seeded group draws
+    only from its own generator, so its tokens never depend on the rest of the batch."""
+    uniform = torch.rand(drafts.shape, device=drafts.device)
     for i, group in enumerate(groups):
-        noise[i].exponential_(generator=group.generator)
-    drawn = (final / noise).argmax(dim=-1).tolist()
-    for i, (group, k) in enumerate(zip(groups, num_accepted)):
-        out[i].extend(group.drafts[:k])
-        out[i].append(drawn[i])
+        if group.generator is not None and group.drafts and not group.greedy:
+            uniform[i, : len(group.drafts)] = torch.rand(len(group.drafts), generator=group.generator,
+                                                         device=drafts.device)
+    return (uniform < probs[rows, drafts.clamp(min=0)]) & (drafts >= 0)  # padding is never accepted
+
+
+def _write_sampled(tokens: torch.Tensor, probs: torch.Tensor, groups: list[DraftGroup],
+                   drafts: torch.Tensor, starts: torch.Tensor, num_accepted: torch.Tensor) -> None:
+    """Each sampled group's accepted drafts, then a token drawn from its first unaccepted row with
+    the rejected draft removed (or, all accepted, from its last row), into ``tokens`` at its rows."""
+    device, width = drafts.device, drafts.shape[1]
+    final = probs[starts + num_accepted].clone()
+    column = num_accepted.clamp(max=width - 1)[:, None]
+    rejected = drafts.gather(1, column).clamp(min=0)
+    was_rejected = num_accepted[:, None] < (drafts >= 0).sum(dim=-1, keepdim=True)
+    final.scatter_(1, rejected, torch.where(was_rejected, 0.0, final.gather(1, rejected)))
+    noise = torch.empty_like(final).exponential_()
+    for i, group in enumerate(groups):
+        if group.generator is not None and not group.greedy:
+            noise[i].exponential_(generator=group.generator)
+    drawn = (final / noise).argmax(dim=-1)
+    # Row j of a group: draft j while j < num_accepted, the drawn token at j == num_accepted.
+    values = torch.where(torch.arange(width + 1, device=device) < num_accepted[:, None],
+                         torch.cat([drafts, drafts[:, :1]], dim=1), drawn[:, None])
+    pairs = [(g.start + j, i * (width + 1) + j) for i, g in enumerate(groups) if not g.greedy
+             for j in range(len(g.drafts) + 1)]
+    index = to_device([t for t, _ in pairs] + [s for _, s in pairs], torch.int64, device)
+    tokens[index[: len(pairs)]] = values.flatten()[index[len(pairs):]]

@@ -16,12 +16,20 @@ from fastllm.engine.cuda_graphs import DecodeGraphs, capture_sizes
 class _EagerReplay:
     """Stands in for a captured graph: runs the forward on the static buffers when replayed."""
 
-    def __init__(self, graphs: DecodeGraphs, size: int):
-        self.graphs, self.size = graphs, size
+    def __init__(self, graphs: DecodeGraphs, key: tuple[int, int]):
+        self.graphs, self.key = graphs, key
 
     def replay(self) -> None:
-        g, size = self.graphs, self.size
-        g.outputs[size] = g.forward(g.input_ids[:size], g.positions[:size], g._metadata(size))
+        g, (size, query_len) = self.graphs, self.key
+        tokens = size * query_len
+        g.outputs[self.key] = g.forward(g.input_ids[:tokens], g.positions[:tokens], g._metadata(size, query_len))
+
+
+def _eager_graphs(runner, max_batch: int, max_query_len: int = 1) -> DecodeGraphs:
+    graphs = DecodeGraphs(runner._eager_forward, max_batch, 8, 128, runner.device, max_query_len)
+    graphs.graphs = {key: _EagerReplay(graphs, key) for key in graphs.keys}
+    runner.graphs = graphs
+    return graphs
 
 
 def test_capture_sizes_cover_every_batch():
@@ -41,16 +49,66 @@ def test_padded_decode_graphs_keep_greedy_output(tiny_llama_dir):
     expected = [o.outputs.token_ids for o in eager.generate(prompts, params, use_tqdm=False)]
 
     llm = LLM(tiny_llama_dir, **kwargs)
-    runner = llm.engine.runner.runner
-    graphs = DecodeGraphs(runner._eager_forward, 6, 8, 128, runner.device)
-    graphs.graphs = {size: _EagerReplay(graphs, size) for size in graphs.sizes}
-    runner.graphs = graphs
+    graphs = _eager_graphs(llm.engine.runner.runner, 6)
     replayed = []
     run = graphs.run
     graphs.run = lambda ids, pos, meta: replayed.append(meta.num_seqs) or run(ids, pos, meta)
     got = [o.outputs.token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert got == expected
     assert replayed and set(replayed) - set(graphs.sizes), "no step ran a padded graph"
+
+
+class _OracleDrafts:
+    """A speculative decoder that knows the greedy answer: each step it proposes 0 to 4 of its
+    next tokens, with a wrong one now and then, so verification steps of every shape occur."""
+
+    def __init__(self, answers: dict[tuple[int, ...], list[int]]):
+        self.answers = answers
+
+    def on_prompt(self, seq) -> None:
+        seq.spec_state = self.answers[tuple(seq.prompt_token_ids)]
+
+    def propose(self, seqs, max_drafts) -> None:
+        for seq, room in zip(seqs, max_drafts):
+            done = len(seq.output_token_ids)
+            drafts = seq.spec_state[done:done + min(room, (done + seq.seq_id) % 5)]
+            if drafts and done % 3 == 0:
+                drafts[-1] = (drafts[-1] + 1) % 256
+            seq.draft_token_ids = drafts
+
+    def on_step(self, seq, num_proposed: int, num_accepted: int) -> None:
+        pass
+
+    def on_finished(self, seq) -> None:
+        pass
+
+
+def test_verification_graphs_pad_short_queries_and_keep_greedy_output(tiny_llama_dir):
+    """Steps with drafts replay the graph of their longest query; shorter queries are padded
+    inside it. The triton backend (through Triton's interpreter here) reads only the device
+    metadata, as a captured graph does, so padding that leaked into a real row would show."""
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, 256) for _ in range(rng.randrange(5, 30))] for _ in range(3)]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (8, 14, 24)]
+    kwargs = dict(load_format="dummy", dtype="float32", block_size=16, max_model_len=128, max_num_seqs=4,
+                  num_gpu_blocks_override=32, seed=0, attention_backend="triton")
+    plain = LLM(tiny_llama_dir, **kwargs)
+    expected = [o.outputs.token_ids for o in plain.generate(
+        [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)]
+
+    llm = LLM(tiny_llama_dir, **kwargs)
+    llm.engine.speculator = _OracleDrafts({tuple(p): e for p, e in zip(prompts, expected)})
+    graphs = _eager_graphs(llm.engine.runner.runner, 4, max_query_len=5)
+    shapes = []
+    run = graphs.run
+    graphs.run = lambda ids, pos, meta: shapes.append((meta.num_seqs, tuple(meta.query_lens_cpu))) or \
+        run(ids, pos, meta)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    assert [o.outputs.token_ids for o in outputs] == expected
+    assert sum(o.metrics.num_accepted_tokens for o in outputs) > 0
+    assert any(len(set(lens)) > 1 and max(lens) > 1 for _, lens in shapes), "no step padded a query"
+    assert any(n == 1 and lens[0] > 1 for n, lens in shapes), "no single-sequence verification step"
+    assert any(n == 3 for n, _ in shapes), "no step padded the batch"
 
 
 def test_warm_up_runs_every_query_length_class_beside_a_decode(tiny_llama_dir):

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import torch
 
-from fastllm.spec_decode.verify import DraftGroup, verify_drafts
+from fastllm.spec_decode.verify import DraftGroup
+from fastllm.spec_decode.verify import verify_drafts as verify_on_device
 
 VOCAB = 6
+
+
+def verify_drafts(probs: torch.Tensor, greedy: torch.Tensor, groups: list[DraftGroup]) -> list[list[int]]:
+    """Each group's accepted drafts and new token, read back as the engine reads them."""
+    verified = verify_on_device(None if all(g.greedy for g in groups) else probs, greedy, groups)
+    tokens, counts = verified.tokens.tolist(), verified.num_accepted.tolist()
+    return [tokens[g.start:g.start + n + 1] for g, n in zip(groups, counts)]
 
 
 def chi_square_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
@@ -72,3 +80,14 @@ def test_seeded_sequences_repeat_their_draws():
 
     assert run(7) == run(7)
     assert len({tuple(run(seed)[0]) for seed in range(40)}) > 1
+
+
+def test_greedy_and_sampled_groups_of_different_lengths_share_one_step():
+    """Certain outcomes (probabilities 0 or 1) make a mixed step's answer exact."""
+    probs = torch.eye(VOCAB)[[2, 3, 5, 1, 4, 0, 3, 0, 2, 0]]  # one-hot rows; padding reads token 0
+    probs[7] = torch.tensor([0.0, 0.5, 0.0, 0.0, 0.0, 0.5])  # sampled, its draft 3 impossible there
+    groups = [DraftGroup(0, [2, 3, 0], True), DraftGroup(4, [4, 0], False), DraftGroup(7, [3], False),
+              DraftGroup(9, [], False)]
+    out = verify_drafts(probs, probs.argmax(dim=-1), groups)
+    assert out[:2] == [[2, 3, 5], [4, 0, 3]] and out[3] == [0]
+    assert out[2] in ([1], [5])
