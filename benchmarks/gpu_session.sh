@@ -2,7 +2,7 @@
 # What the CUDA path has to show, in phases that each fit one 10-minute call, most important
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...   (engine, features, quant, serve)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...   (engine, features, quant, serve, stash, smollm2)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -73,6 +73,18 @@ serve)
     --save-result --result-dir "$OUT" --result-filename serve_h100.json
   curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve.txt"
   kill %1
+  ;;
+stash)  # nothing but the copy of a GGUF part above: the next call, on the warm machine, brings the other
+  ;;
+smollm2)  # the SmolLM2 runs of features, most wanted first, for a short lease
+  if [ "$SMOLLM2_FORMAT" = gguf ]; then
+    step lookahead 100 $PY benchmarks/lookahead.py --model "$SMOLLM2" --dtype bfloat16 --num-prompts 4 \
+      --warmup 1 --no-check-float32 --output-json "$OUT/lookahead.json"
+    step structured 50 $PY benchmarks/structured_output.py --model "$SMOLLM2" --num-prompts 64 \
+      --max-tokens 128 --repeats 2 --output-json "$OUT/structured_output.json"
+  fi
+  step equality 80 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
+    --dtype float32 --output-json "$OUT/equality_fp32.json"
   ;;
 quant)
   TAIL=5 step quant_tests 100 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/quant

@@ -7,7 +7,11 @@ The mixed mode guides every other request, to show what a few grammars cost a ba
 Process CPU time is printed beside wall time: on a shared CPU host it is the steadier measure.
 
     python benchmarks/structured_output.py                      # SmolLM2 on CPU
-    python benchmarks/structured_output.py --model DIR --load-format dummy --num-prompts 256
+    python benchmarks/structured_output.py --model llama-3-8b --load-format dummy \
+        --tokenizer SMOLLM2.gguf --num-prompts 64                 # an 8B-sized step, random weights
+
+With ``--tokenizer`` the model's vocabulary is resized to the tokenizer's, so a dummy model
+of any size decodes (random, but grammar-valid) text in that tokenizer's vocabulary.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.resolve import embedded_model_path
@@ -118,10 +123,43 @@ def print_table(best: dict[str, dict[str, float]]) -> None:
               f"{row['mask_ms_per_step']:>14.3f}{100 * row['mask_share']:>11.1f}%")
 
 
+def tokenizer_dir(path: str) -> str:
+    """A tokenizer directory; a GGUF file's tokenizer is written out to one (the dummy loader
+    reads tokenizers with ``from_pretrained``, which needs ``gguf_file`` for a GGUF)."""
+    if not path.endswith(".gguf"):
+        return path
+    from transformers import AutoTokenizer
+
+    out = tempfile.mkdtemp(prefix="fastllm-tokenizer-")
+    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path))
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_llm(args: argparse.Namespace) -> LLM:
+    model = args.model or embedded_model_path()
+    extra: dict[str, Any] = {}
+    if args.tokenizer:
+        tokenizer: Optional[str] = tokenizer_dir(args.tokenizer)
+        from transformers import AutoTokenizer
+
+        extra = {"tokenizer": tokenizer, "hf_overrides": {"vocab_size": len(AutoTokenizer.from_pretrained(tokenizer))}}
+    if args.async_scheduling is not None:
+        extra["async_scheduling"] = args.async_scheduling == "true"
+    return LLM(model, load_format=args.load_format, max_model_len=args.max_model_len, dtype=args.dtype,
+               num_gpu_blocks_override=args.num_gpu_blocks, attention_backend=args.attention_backend,
+               max_num_seqs=max(args.num_prompts, 1), **extra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M GGUF")
     parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer (directory or GGUF) for a dummy model; resizes its vocabulary to match")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--async-scheduling", choices=["true", "false"], default=None,
+                        help="default: the platform's (on for CUDA)")
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3, help="runs per mode, interleaved; the fastest counts")
@@ -131,9 +169,8 @@ def main() -> None:
     parser.add_argument("--output-json", default="benchmarks/results/structured_output.json")
     args = parser.parse_args()
 
+    llm = build_llm(args)
     model = args.model or embedded_model_path()
-    llm = LLM(model, load_format=args.load_format, max_model_len=args.max_model_len,
-              num_gpu_blocks_override=args.num_gpu_blocks, attention_backend=args.attention_backend)
     backend = llm.engine.structured_output
     prompts, specs = prompts_and_specs(args.num_prompts)
     cold_ms, cached_ms = compile_times(backend, specs)
@@ -150,13 +187,14 @@ def main() -> None:
                 best[mode] = row
 
     device = llm.engine.platform.device.type
-    print(f"\nstructured outputs on {device}: {args.num_prompts} prompts, {sum(lengths)} output tokens, "
+    print(f"\nstructured outputs on {device}, {model} (async scheduling {llm.engine.overlap}): "
+          f"{args.num_prompts} prompts, {sum(lengths)} output tokens, "
           f"best of {args.repeats}; compile {cold_ms:.1f} ms cold, {cached_ms:.3f} ms cached (mean per spec)")
     print_table(best)
     if args.output_json:
         os.makedirs(os.path.dirname(args.output_json) or ".", exist_ok=True)
         with open(args.output_json, "w") as f:
-            json.dump({"device": device, "model": model, "num_prompts": args.num_prompts, "lengths": lengths,
+            json.dump({"device": device, "model": model, "async_scheduling": llm.engine.overlap, "num_prompts": args.num_prompts, "lengths": lengths,
                        "compile_ms_cold": cold_ms, "compile_ms_cached": cached_ms, "modes": best}, f, indent=2)
         print(f"results: {args.output_json}")
 

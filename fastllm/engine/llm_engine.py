@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -19,7 +19,7 @@ from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence, Scheduler
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
-from fastllm.model_loader.resolve import resolve_load_format
+from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -54,7 +54,7 @@ class LLMEngine:
         self.hf_config = loader.load_config(config.model)
         for key, value in config.hf_overrides.items():
             setattr(self.hf_config, key, value)
-        self.tokenizer = loader.load_tokenizer(config.model, config.tokenizer)
+        self.tokenizer = load_tokenizer(loader, config.model, config.tokenizer)
         model_len = getattr(self.hf_config, "max_position_embeddings", None) or 2048
         if config.max_model_len and config.max_model_len > model_len:
             raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's "
@@ -205,35 +205,52 @@ class LLMEngine:
         With ``overlap`` the batch is queued on the device before the tokens of the batch
         before it are read, so the host's work (reading tokens, stop checks, detokenizing,
         scheduling, packing inputs) runs while the device computes; outputs then trail the
-        launch by one call. A running sequence whose next logits need its latest token on
-        the host (a grammar, penalties) makes the engine read the step in flight first.
+        launch by one call. A sequence whose next logits need its latest token on the host (a
+        grammar, penalties) does not stop the overlap: the batch's forward pass is queued
+        first, the step in flight is read while it runs, and only then are the batch's
+        sampling rows built and its grammar masks filled.
         """
         previous, self.in_flight = self.in_flight, None
-        if previous is not None and not self._can_overlap():
-            return self._finish(previous)
         if self.speculator is not None:
             self._propose_drafts()
         out = self.scheduler.schedule()
-        if out.scheduled:
-            launched = self._launch(out.scheduled)
-            if not self.overlap:
-                return self._finish(launched)
-            self.in_flight = launched
+        if not out.scheduled:
+            return self._finish(previous) if previous is not None else []
+        if previous is not None and self._samples_need_previous(out.scheduled):
+            outputs: list[RequestOutput] = []
+            self.in_flight = self._launch(out.scheduled, lambda: outputs.extend(self._finish(previous)))
+            return outputs
+        launched = self._launch(out.scheduled)
+        if not self.overlap:
+            return self._finish(launched)
+        self.in_flight = launched
         return self._finish(previous) if previous is not None else []
 
-    def _can_overlap(self) -> bool:
-        return not any(seq.num_pending_tokens and seq.needs_host_tokens for seq in self.scheduler.running)
+    @staticmethod
+    def _samples_need_previous(scheduled: list[ScheduledSequence]) -> bool:
+        """Whether a sequence samples from logits that depend on its token still in flight."""
+        return any(item.seq.num_pending_tokens and item.seq.needs_host_tokens for item in scheduled)
 
-    def _launch(self, scheduled: list[ScheduledSequence]) -> "InFlightStep":
+    def _launch(self, scheduled: list[ScheduledSequence],
+                before_sampling: Optional[Callable[[], None]] = None) -> "InFlightStep":
         now = time.time()
         for item in scheduled:
             metrics = self.requests[item.seq.request_id].metrics
             if metrics.inference_start_time is None:
                 metrics.inference_start_time = now
                 metrics.time_in_queue = now - metrics.arrival_time
-        start = time.perf_counter()
         sampling = [item.seq for item in scheduled if item.samples]
-        step = InFlightStep(scheduled, sampling, self.runner.launch(scheduled), time.perf_counter() - start)
+        reading = 0.0
+
+        def read_previous() -> None:
+            nonlocal reading
+            begin = time.perf_counter()
+            before_sampling()
+            reading = time.perf_counter() - begin
+
+        start = time.perf_counter()
+        pending = self.runner.launch(scheduled, read_previous if before_sampling else None)
+        step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading)
         if self.overlap:  # drafts never run here, so the counts advance now, tokens pending
             self.scheduler.update(scheduled)
             for seq in sampling:

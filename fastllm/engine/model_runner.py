@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -67,14 +67,17 @@ class ModelRunner:
         return per_token * self.block_size * len(self.model.model.layers)
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        """The serving cache; on CUDA also the kernel warm-up and the decode graphs over it."""
+        """The serving cache; on CUDA also the kernel warm-up and the decode graphs over it
+        (verification steps of up to ``num_speculative_tokens`` drafts included)."""
         self._allocate_caches(num_blocks)
         if self.device.type == "cuda":
             self.warm_up()
         if self._use_cuda_graphs():
             max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
+            max_drafts = (self.config.speculative_config or {}).get("num_speculative_tokens", 0)
             self.graphs = DecodeGraphs(self._eager_forward, self.config.max_num_seqs,
-                                       min(num_blocks, -(-max_len // self.block_size)), max_len, self.device)
+                                       min(num_blocks, -(-max_len // self.block_size)), max_len, self.device,
+                                       max_query_len=1 + max_drafts)
             self.graphs.capture()
 
     def _allocate_caches(self, num_blocks: int) -> None:
@@ -116,18 +119,22 @@ class ModelRunner:
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
+    def launch(self, scheduled: list[ScheduledSequence],
+               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
         """Queue one step on the device and return without waiting for it, where the step allows.
 
         A scheduled token that the previous launch sampled and the host has not read yet is
         read on the device. Prompt logprobs and draft verification need values on the host,
-        so a step with either has finished when this returns.
+        so a step with either has finished when this returns. ``before_sampling`` runs once,
+        after the forward pass and the logits are queued and before the sampling rows are
+        built: the engine reads the previous step there, so the rows (grammar masks,
+        penalties) see its tokens while the device computes this step's logits.
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
         hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
-        return self._sample(hidden, inputs, results)
+        return self._sample(hidden, inputs, results, before_sampling)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_metadata: AttentionMetadata) -> torch.Tensor:
@@ -153,22 +160,26 @@ class ModelRunner:
         index = rows if isinstance(rows, slice) else to_device(rows, torch.int64, hidden.device)
         return self.model.compute_logits(hidden[index])
 
-    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult]) -> PendingStep:
-        rows: list[SamplingRow] = []
+    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult],
+                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
         row_index: list[int] = []
         owners: list[tuple[ScheduledSequence, int]] = []
+        row_drafts: list[tuple[Sequence, list[int]]] = []
         for item, offset in zip(inputs.order, inputs.token_offsets):
             if not item.samples:
                 continue
             seq, drafts = item.seq, item.seq.draft_token_ids[: item.num_draft_tokens]
             first = offset + item.num_new_tokens - len(drafts) - 1
-            owners.append((item, len(rows)))
+            owners.append((item, len(row_index)))
             for j in range(len(drafts) + 1):
-                rows.append(SamplingRow(seq, seq.output_token_ids + drafts[:j]))
+                row_drafts.append((seq, drafts[:j]))
                 row_index.append(first + j)
-        if not rows:
+        logits = self.compute_logits(hidden, row_index) if row_index else None
+        if before_sampling is not None:
+            before_sampling()
+        if logits is None:
             return PendingStep(results)
-        logits = self.compute_logits(hidden, row_index)
+        rows = [SamplingRow(seq, seq.output_token_ids + drafts) for seq, drafts in row_drafts]
         batch = SamplingBatch.build(rows, logits.device)
         dist = self.sampler.distribution(logits, batch, self.structured_output)
         top_k = [row.seq.sampling_params.logprobs for row in rows]
@@ -180,13 +191,9 @@ class ModelRunner:
         verified = verify_drafts(dist.probs, dist.greedy_tokens, [
             DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
                        item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])
-        all_tokens: list[int] = []
-        for (item, _), accepted in zip(owners, verified):
-            all_tokens += accepted + [0] * (item.num_draft_tokens + 1 - len(accepted))
-        tokens = to_device(all_tokens, torch.int64, logits.device)
-        return PendingStep(results, [SampledRows(item.seq.seq_id, start, accepted)
-                                     for (item, start), accepted in zip(owners, verified)],
-                           tokens, dist.logits, dist.logsumexp, top_k)
+        return PendingStep(results, [SampledRows(item.seq.seq_id, start, group)
+                                     for group, (item, start) in enumerate(owners)],
+                           verified.tokens, dist.logits, dist.logsumexp, top_k, verified.num_accepted)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
                          results: dict[int, SequenceResult]) -> None:

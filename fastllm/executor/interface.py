@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Optional, Protocol
 
 from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
@@ -19,8 +19,12 @@ class Executor(Protocol):
     """Whether ``launch`` returns before the device has run the step, so that the engine gains
     by preparing the next step before it reads this one's tokens."""
 
-    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
-        """Queue one step; its ``results()`` are the new tokens (and logprobs) keyed by ``seq_id``."""
+    def launch(self, scheduled: list[ScheduledSequence],
+               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
+        """Queue one step; its ``results()`` are the new tokens (and logprobs) keyed by ``seq_id``.
+
+        ``before_sampling`` is called once, after the step's forward pass is queued and before
+        its sampling rows are built from the sequences' host state."""
         ...
 
     def bytes_per_block(self) -> int:

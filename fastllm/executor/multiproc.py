@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -68,9 +68,10 @@ class MultiprocExecutor:
 
     overlaps_steps = False  # every forward sends its inputs to the workers as host values
 
-    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
+    def launch(self, scheduled: list[ScheduledSequence],
+               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
         try:
-            return self.runner.launch(scheduled)
+            return self.runner.launch(scheduled, before_sampling)
         except Exception:
             self.workers.check()  # a dead worker explains a failed collective better than gloo does
             raise

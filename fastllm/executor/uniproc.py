@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -23,8 +23,9 @@ class UniprocExecutor:
         self.runner = ModelRunner(config, hf_config, platform, loader, dtype, structured_output)
         self.overlaps_steps = platform.device.type == "cuda"
 
-    def launch(self, scheduled: list[ScheduledSequence]) -> PendingStep:
-        return self.runner.launch(scheduled)
+    def launch(self, scheduled: list[ScheduledSequence],
+               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
+        return self.runner.launch(scheduled, before_sampling)
 
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()

@@ -62,7 +62,9 @@ class SamplingBatch:
             any_top_k=any(k > 0 for k in top_k),
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalties=any(p.needs_penalties for p in params),
-            matchers=[r.seq.structured_state for r in rows],
+            # a sequence that a token read after its step was queued finished samples a discarded
+            # token: its grammar may be complete, so it is not masked
+            matchers=[None if r.seq.is_finished else r.seq.structured_state for r in rows],
             seeds=None if randomness is None else randomness[0],
             offsets=None if randomness is None else randomness[1],
         )

@@ -28,6 +28,13 @@ def apply_logit_edits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tenso
     return logits
 
 
+def has_logit_edits(batch: SamplingBatch) -> bool:
+    """Whether ``apply_logit_edits`` would change any row, known on the host without the logits."""
+    return batch.any_penalties or any(
+        row.seq.sampling_params.logit_bias or row.seq.bad_words_token_ids
+        or len(row.output_token_ids) < row.seq.sampling_params.min_tokens for row in batch.rows)
+
+
 def _banned_bad_words(bad_words: list[list[int]], output: list[int]) -> list[int]:
     """The last token of each bad word whose other tokens were just generated."""
     banned = []

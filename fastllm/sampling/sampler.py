@@ -16,7 +16,7 @@ import torch
 
 from fastllm.layers.fused import kernels_for
 from fastllm.sampling.batch import SamplingBatch
-from fastllm.sampling.logits_processors import apply_logit_edits
+from fastllm.sampling.logits_processors import apply_logit_edits, has_logit_edits
 
 
 @dataclass
@@ -84,23 +84,24 @@ class Sampler:
     def distribution(self, logits: torch.Tensor, batch: SamplingBatch,
                      structured_output: Any = None) -> Distribution:
         if structured_output is not None and any(m is not None for m in batch.matchers):
-            logits = self._edit_and_mask(logits, batch, structured_output)
+            logits = self._mask_and_edit(logits, batch, structured_output)
         else:
             logits = apply_logit_edits(logits, batch)
         return Distribution(logits, logits.logsumexp(dim=-1), logits.argmax(dim=-1), batch)
 
     @staticmethod
-    def _edit_and_mask(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:
-        """Edits, then the grammar's mask; where the edits banned every token the grammar allows
-        (min_tokens against a finished grammar that only allows EOS), the grammar wins."""
-        raw = logits.clone()
-        logits = apply_logit_edits(logits, batch)
+    def _mask_and_edit(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:
+        """The grammar's mask, then the edits; where the edits banned every token the grammar
+        allows (min_tokens against a finished grammar that only allows EOS), the grammar wins.
+
+        Masking and edits commute (both only add to logits or set them to -inf), so the mask is
+        filled once; without edits nothing is copied and nothing waits for the device."""
         structured_output.apply_bitmask(logits, batch.matchers)
-        dead = torch.isneginf(logits).all(dim=-1)
-        if bool(dead.any()):
-            structured_output.apply_bitmask(raw, batch.matchers)
-            logits = torch.where(dead[:, None], raw, logits)
-        return logits
+        if not has_logit_edits(batch):
+            return logits
+        edited = apply_logit_edits(logits.clone(), batch)
+        dead = torch.isneginf(edited).all(dim=-1, keepdim=True)
+        return torch.where(dead, logits, edited)
 
     def sample(self, dist: Distribution, batch: SamplingBatch) -> torch.Tensor:
         """argmax(p / E), E ~ Exp(1): an exact draw from p (the argmax itself for greedy rows)."""

@@ -83,8 +83,8 @@ def test_seeded_sampling_with_n_equals_the_synchronous_engine(tiny_llama_dir):
         [[c.token_ids for c in o.completions] for o in sync]
 
 
-def test_penalties_and_min_tokens_drain_the_pipeline_and_match(tiny_llama_dir):
-    """Their logits need the latest token on the host: the engine reads each step before the next."""
+def test_penalties_and_min_tokens_match_the_synchronous_engine(tiny_llama_dir):
+    """Their logits need the latest token on the host: the engine reads it before sampling the next step."""
     prompts = _prompts(5, seed=3)
     params = [SamplingParams(temperature=0, max_tokens=15, repetition_penalty=1.3),
               SamplingParams(temperature=0, max_tokens=15, frequency_penalty=0.8, presence_penalty=0.4),
@@ -137,8 +137,8 @@ def test_decode_steps_really_overlap_and_waste_no_step_at_max_tokens(tiny_llama_
     runner, events = llm.engine.runner, []
     launch = runner.launch
 
-    def spy(scheduled):
-        pending = launch(scheduled)
+    def spy(scheduled, before_sampling=None):
+        pending = launch(scheduled, before_sampling)
         number = len([e for e in events if e[0] == "launch"])
         events.append(("launch", number))
         results = pending.results
@@ -171,3 +171,21 @@ def test_pack_inputs_reads_pending_tokens_on_the_device():
     assert inputs.attn_metadata.seq_lens.tolist() == [2, 4]
     assert inputs.attn_metadata.block_tables.tolist() == [[3, 5], [3, 5]]
     assert inputs.attn_metadata.query_start_loc.tolist() == [0, 1, 2]
+
+
+def test_penalties_keep_steps_overlapped_by_reading_inside_the_launch(tiny_llama_dir):
+    """A sequence that needs its latest token on the host no longer drains the pipeline: each
+    decode launch queues its forward pass, then reads the step before, then samples."""
+    llm = LLM(tiny_llama_dir, async_scheduling=True, **ENGINE)
+    runner, events = llm.engine.runner, []
+    launch = runner.launch
+
+    def spy(scheduled, before_sampling=None):
+        events.append(before_sampling is not None)
+        return launch(scheduled, before_sampling)
+
+    runner.launch = spy
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, repetition_penalty=1.3)
+    out = llm.generate([[5, 6, 7]], params, use_tqdm=False)
+    assert len(out[0].outputs.token_ids) == 8
+    assert events == [False] + [True] * 7

@@ -115,3 +115,52 @@ def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
     later = SamplingBatch.build(later.rows, torch.device("cpu"))
     moved = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), later), later)
     assert not torch.equal(moved, tokens)  # the next token count is a fresh draw
+
+
+class _AllowList:
+    """A structured-output backend whose matcher is just the set of tokens it allows."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def apply_bitmask(self, logits: torch.Tensor, matchers) -> None:
+        self.calls += 1
+        for row, allowed in enumerate(matchers):
+            if allowed is not None:
+                banned = [t for t in range(logits.shape[-1]) if t not in allowed]
+                logits[row, banned] = float("-inf")
+
+
+def test_grammar_mask_with_edits_equals_edits_then_mask_and_the_grammar_wins_a_dead_row():
+    params = [SamplingParams(repetition_penalty=1.3, frequency_penalty=0.5),
+              SamplingParams(logit_bias={2: 3.0, 4: -1.0}),
+              SamplingParams(min_tokens=4, stop_token_ids=[3]),  # the grammar allows only 0 and 3: dead
+              SamplingParams(),
+              SamplingParams(min_tokens=4)]
+    allowed = [{1, 2, 5}, {2, 3, 4}, {0, 3}, None, {0, 6}]
+    batch = _batch(params, [[1, 5, 1], [], [2], [], [6]])
+    for row, tokens in zip(batch.rows, allowed):
+        row.seq.structured_state = tokens
+    batch.matchers = allowed
+    logits = torch.randn(len(params), 8, generator=torch.Generator().manual_seed(3))
+    reference = apply_logit_edits(logits.clone(), batch)
+    _AllowList().apply_bitmask(reference, allowed)
+    grammar_only = logits.clone()
+    _AllowList().apply_bitmask(grammar_only, allowed)
+    reference[2] = grammar_only[2]
+    backend = _AllowList()
+    dist = Sampler().distribution(logits.clone(), batch, backend)
+    torch.testing.assert_close(dist.logits, reference)
+    assert backend.calls == 1
+    assert dist.greedy_tokens[2].item() in {0, 3}
+
+
+def test_grammar_rows_without_edits_are_masked_in_place():
+    batch = _batch([SamplingParams(), SamplingParams()])
+    batch.matchers = [{1, 2}, None]
+    logits = torch.randn(2, 6, generator=torch.Generator().manual_seed(4))
+    raw = logits.clone()
+    dist = Sampler().distribution(logits, batch, _AllowList())
+    assert dist.logits.data_ptr() == logits.data_ptr()
+    assert torch.isfinite(dist.logits[0]).nonzero().flatten().tolist() == [1, 2]
+    assert torch.equal(dist.logits[1], raw[1])

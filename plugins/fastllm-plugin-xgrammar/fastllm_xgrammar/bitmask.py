@@ -1,28 +1,40 @@
-"""One preallocated token bitmask for the whole batch: filled for the guided rows, applied in
-one call, unguided rows never read or written."""
+"""One preallocated token bitmask for the whole batch: filled for the guided rows in one
+threaded xgrammar call, applied in one kernel, unguided rows never read or written."""
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence
 
 import torch
 import xgrammar as xgr
 
 
-class TokenBitmask:
-    """Host bitmask ``[capacity, ceil(vocab/32)]`` int32 that xgrammar fills, plus a device
-    copy when the logits live on an accelerator.
+def fill_threads() -> int:
+    """Half the cores this process may run on, at most 8: xgrammar's own "auto" halves the
+    machine's cores, which in a container can be far more than the process is given."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) // 2))
 
-    Both buffers grow by doubling and are never freed, so a steady batch size allocates
-    nothing per step. The host buffer is pinned for accelerator logits, making the upload
-    a plain DMA; only the rows up to the last guided one are copied.
+
+class TokenBitmask:
+    """Host bitmask ``[capacity, ceil(vocab/32)]`` int32 that xgrammar fills, and the guided
+    row indices beside it, plus device copies of both when the logits live on an accelerator.
+
+    Buffers grow by doubling and are never freed, so a steady batch allocates nothing per
+    step. For accelerator logits the host buffers are pinned and go up with non-blocking
+    copies, so masking never waits for the forward pass queued before it (a pageable upload
+    would). An event after the uploads guards the host buffers: the next fill waits only
+    until the previous step's uploads have left them.
     """
 
-    def __init__(self, vocab_size: int, capacity: int = 64, max_threads: int | str = "auto"):
+    def __init__(self, vocab_size: int, capacity: int = 64, max_threads: Optional[int] = None):
         self.vocab_size = vocab_size
-        self.filler = xgr.BatchGrammarMatcher(max_threads)
+        self.filler = xgr.BatchGrammarMatcher(max_threads or fill_threads())
         self.host = xgr.allocate_token_bitmask(capacity, vocab_size)
+        self.host_rows = torch.empty(capacity, dtype=torch.int32)
         self.device_mask: Optional[torch.Tensor] = None
+        self.device_rows: Optional[torch.Tensor] = None
+        self._uploaded: Optional[torch.cuda.Event] = None
 
     def apply(self, logits: torch.Tensor, matchers: Sequence[Optional[xgr.GrammarMatcher]]) -> None:
         """Mask ``logits [rows, vocab]`` in place by each row's matcher (None: untouched)."""
@@ -30,23 +42,36 @@ class TokenBitmask:
         if not indices:
             return
         self._reserve(len(matchers), logits.device)
+        if self._uploaded is not None:
+            self._uploaded.synchronize()
         self.filler.batch_fill_next_token_bitmask([matchers[i] for i in indices], self.host, indices)
-        mask = self.host
-        if logits.device.type != "cpu":
-            rows = indices[-1] + 1
-            self.device_mask[:rows].copy_(self.host[:rows], non_blocking=True)
-            mask = self.device_mask
-        xgr.apply_token_bitmask_inplace(logits, mask, indices=indices)
+        if logits.device.type == "cpu":
+            xgr.apply_token_bitmask_inplace(logits, self.host, indices=indices)
+            return
+        count, rows = len(indices), indices[-1] + 1
+        self.host_rows[:count] = torch.as_tensor(indices, dtype=torch.int32)
+        self.device_mask[:rows].copy_(self.host[:rows], non_blocking=True)
+        self.device_rows[:count].copy_(self.host_rows[:count], non_blocking=True)
+        if logits.device.type == "cuda":
+            self._uploaded = torch.cuda.Event()
+            self._uploaded.record()
+        xgr.apply_token_bitmask_inplace(logits, self.device_mask, indices=self.device_rows[:count])
 
     def _reserve(self, rows: int, device: torch.device) -> None:
-        """Grow (doubling) to hold ``rows`` and keep the device copy on ``device``."""
+        """Grow (doubling) to hold ``rows`` and keep the device copies on ``device``."""
         capacity = self.host.shape[0]
         while capacity < rows:
             capacity *= 2
         on_device = device.type != "cpu"
         if capacity != self.host.shape[0] or (on_device and not self.host.is_pinned()):
-            host = xgr.allocate_token_bitmask(capacity, self.vocab_size)
-            self.host = host.pin_memory() if on_device else host
+            if self._uploaded is not None:
+                self._uploaded.synchronize()
+                self._uploaded = None
+            self.host = xgr.allocate_token_bitmask(capacity, self.vocab_size)
+            self.host_rows = torch.empty(capacity, dtype=torch.int32)
+            if on_device:
+                self.host, self.host_rows = self.host.pin_memory(), self.host_rows.pin_memory()
         if on_device and (self.device_mask is None or self.device_mask.device != device
                           or self.device_mask.shape[0] != capacity):
             self.device_mask = torch.empty_like(self.host, device=device)
+            self.device_rows = torch.empty_like(self.host_rows, device=device)

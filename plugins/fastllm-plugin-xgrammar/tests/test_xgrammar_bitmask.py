@@ -101,3 +101,16 @@ def test_cuda_logits_match_the_cpu_result(backend):
     backend.apply_bitmask(on_gpu, matchers)
     assert torch.equal(on_gpu.cpu(), on_cpu)
     check_masked(logits, on_cpu, matchers)
+
+
+def test_steady_batches_reuse_one_buffer_and_stale_rows_do_not_leak(backend):
+    """A row guided last step and unguided now keeps its logits, though its old mask is still there."""
+    first = matchers_at(backend, ["", "a", "ab"])
+    backend.apply_bitmask(torch.zeros(3, LOGITS_WIDTH), first)
+    buffer = backend.bitmask.host.data_ptr()
+    second = matchers_at(backend, [None, "abc", None])
+    logits = torch.randn(3, LOGITS_WIDTH, generator=torch.Generator().manual_seed(3))
+    before = logits.clone()
+    backend.apply_bitmask(logits, second)
+    check_masked(before, logits, second)
+    assert backend.bitmask.host.data_ptr() == buffer
