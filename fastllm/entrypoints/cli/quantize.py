@@ -27,7 +27,8 @@ CALIBRATION_CHUNK = 512
 
 def run(args: argparse.Namespace) -> int:
     factory = registry.get("quantizers", args.quant_type)
-    quantizer = factory(None, **({"alpha": args.sq} if args.sq is not None else {}))
+    options = {"alpha": args.sq, "group_size": args.group_size, "act_order": args.act_order or None}
+    quantizer = factory(None, **{key: value for key, value in options.items() if value is not None})
     llm = LLM(model=args.input, max_model_len=CALIBRATION_CHUNK, num_gpu_blocks_override=CALIBRATION_CHUNK // 64 + 1,
               max_num_seqs=1)
     engine = llm.engine
@@ -59,11 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-i", "--input", required=True, help="HF safetensors directory or .gguf file")
     parser.add_argument("-o", "--output", required=True, help="directory to write")
     parser.add_argument("--quant-type", "-quant_type", "--quant_type", dest="quant_type", required=True,
-                        help="a registered quantizer: weight_only_int8, fp8, nf4, weight_only_int4, smooth_quant")
+                        help="a registered quantizer: weight_only_int8, fp8, nf4, weight_only_int4, gptq, smooth_quant")
     parser.add_argument("-t", "--dtype", choices=sorted(DTYPES), default="bf16",
                         help="storage dtype of the tensors that stay unquantized (and of the scales)")
     parser.add_argument("-sq", "--smooth-alpha", dest="sq", type=float, default=None,
                         help="SmoothQuant migration strength in [0, 1] (default 0.8)")
+    parser.add_argument("--group-size", dest="group_size", type=int, default=None,
+                        help="weight_only_int4 / gptq: inputs per scale, a power of two (default 128)")
+    parser.add_argument("--act-order", dest="act_order", action="store_true",
+                        help="gptq: quantize the most active input channels first")
     parser.add_argument("--tokenids-path", "--tokenids_path", "-token", dest="tokenids_path", default=None,
                         help="calibration token ids, whitespace separated (default: a built-in text)")
     parser.set_defaults(func=run)

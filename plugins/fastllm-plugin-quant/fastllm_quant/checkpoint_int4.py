@@ -1,4 +1,5 @@
-"""``awq`` and ``gptq``: 4-bit checkpoints made by AutoAWQ / AutoGPTQ, run by ``Int4Linear``.
+"""``awq`` and ``gptq``: 4-bit checkpoints made by AutoAWQ / AutoGPTQ, run by ``Int4Linear``;
+``gptq`` also quantizes a float model offline (``fastllm quantize --quant-type gptq``, ``gptq.py``).
 
 Both store ``qweight``, ``qzeros`` (int32, eight 4-bit values each) and ``scales``; GPTQ adds
 ``g_idx``. While loading, each tensor is unpacked to output-rows-first codes, so fused layers
@@ -19,13 +20,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+import torch.nn as nn
 
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
+from fastllm.quantization import Calibration, LinearSpec, QuantizedLinear, Quantizer
 from fastllm.quantization.linear import CheckpointLayoutError
 
-from fastllm_quant.common import require
-from fastllm_quant.int4 import Int4Linear
+from fastllm_quant.common import option, require
+from fastllm_quant.gptq import gptq_linear
+from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, Int4Linear, WeightOnlyInt4Quantizer
+from fastllm_quant.sequential import quantize_sequentially
 
 SEQUENTIAL = (0, 1, 2, 3, 4, 5, 6, 7)
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # AWQ_ORDER[i]: the column held by nibble i
@@ -108,7 +112,7 @@ class _Int4CheckpointQuantizer(Quantizer):
         super().__init__(checkpoint_config, **options)
         config = checkpoint_config or {}
         require(config, "bits", 4, self.name)
-        self.group_size = int(config.get("group_size", 128))
+        self.group_size = option(self, "group_size", DEFAULT_GROUP_SIZE)
 
     def zero_offset(self) -> int:
         return 0
@@ -128,8 +132,29 @@ class AwqQuantizer(_Int4CheckpointQuantizer):
 
 
 class GptqQuantizer(_Int4CheckpointQuantizer):
+    """Loads AutoGPTQ checkpoints; given calibration (``fastllm quantize``), runs GPTQ itself.
+
+    Options when quantizing: ``group_size`` (default 128) and ``act_order`` (default False).
+    """
+
     name = "gptq"
 
     def zero_offset(self) -> int:
         """AutoGPTQ's original format stores each zero point minus one."""
         return 0 if (self.checkpoint_config or {}).get("checkpoint_format") == "gptq_v2" else 1
+
+    def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
+        if self.prequantized:
+            return super().quantize_model(model)
+        if calibrate is None:
+            raise ValueError("gptq quantizes a float model with calibration activations: make a checkpoint "
+                             "with `fastllm quantize --quant-type gptq` and load that")
+        act_order = bool(self.options.get("act_order", False))
+        quantize_sequentially(model, calibrate,
+                              lambda layer, hessian: gptq_linear(layer, hessian, self.group_size, act_order))
+
+    def checkpoint_config_to_save(self) -> dict[str, Any]:
+        """``weight_only_int4``'s config: GPTQ only chooses the codes, so the saved directory loads
+        through ``Int4Linear`` as is; the extra keys record how the codes were made."""
+        saved = WeightOnlyInt4Quantizer(None, group_size=self.group_size).checkpoint_config_to_save()
+        return {**saved, "calibration": "gptq", "act_order": bool(self.options.get("act_order", False))}

@@ -16,7 +16,7 @@ everything runs on all groups at once, over row slices that bound the temporarie
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -36,14 +36,17 @@ def by_row_slices(weight: torch.Tensor, fit: Callable[[torch.Tensor], tuple[torc
     return tuple(torch.cat(column) for column in zip(*parts))
 
 
-def fit_affine(w: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fit_affine(w: torch.Tensor, levels: int, weights: Optional[torch.Tensor] = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Groups ``[..., G, group]`` -> (codes 0..levels, scales, zeros ``[..., G]``), w ~ (q - z) * s.
 
     The zero points are real numbers: the fit places the grid wherever the group's weights are.
+    ``weights`` (broadcast to ``w``) multiply ``importance``: calibrated methods pass how loud
+    each input channel is.
     """
     low, high = w.amin(dim=-1, keepdim=True), w.amax(dim=-1, keepdim=True)
     min_scale = (torch.maximum(-low, high) * MIN_SCALE_FRACTION).clamp(min=1e-12)
-    a = importance(w)
+    a = importance(w) if weights is None else importance(w) * weights
     n, sum_w, sum_ww = a.sum(-1, keepdim=True), (a * w).sum(-1, keepdim=True), (a * w * w).sum(-1, keepdim=True)
     best = None
     for step in range(len(SHRINK_FACTORS) + REFINEMENTS):

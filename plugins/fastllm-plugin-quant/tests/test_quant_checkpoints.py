@@ -133,7 +133,8 @@ def test_unknown_method_lists_the_registered_ones(tmp_path):
         tiny_llm(folder, quantization="int3")
 
 
-def test_smooth_quant_needs_calibration(tmp_path):
+@pytest.mark.parametrize("method", ["smooth_quant", "gptq"])
+def test_calibrated_methods_need_fastllm_quantize(tmp_path, method):
     folder = write_checkpoint(str(tmp_path / "float"), random_float_weights())
     with pytest.raises(ValueError, match="fastllm quantize"):
-        tiny_llm(folder, quantization="smooth_quant")
+        tiny_llm(folder, quantization=method)

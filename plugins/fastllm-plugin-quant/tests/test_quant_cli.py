@@ -13,6 +13,8 @@ from fastllm.entrypoints.cli.main import main
 from fastllm.entrypoints.cli.quantize import engine_model
 from fastllm.quantization import QuantizedLinear
 
+from fastllm_quant.int4 import Int4Linear
+
 from quant_helpers import prompt_logprobs, random_float_weights, tiny_llm, tiny_prompts, write_checkpoint
 
 METHODS = ["weight_only_int8", "fp8", "nf4", "weight_only_int4", "smooth_quant"]
@@ -59,6 +61,38 @@ def test_round_trip(tmp_path, float_dir, tokenids_path, method):
                     assert torch.equal(param, modules[name].get_parameter(param_name)), (name, param_name)
     online_error = (prompt_logprobs(online, prompts) - reference).abs().mean()
     assert saved_error <= 1.2 * online_error + 0.005  # fp16 storage of scales and norms aside
+
+
+@pytest.mark.parametrize("act_order", [False, True])
+def test_gptq_round_trip(tmp_path, float_dir, act_order):
+    """GPTQ's codes saved in weight_only_int4's format: they load with no flag and track the
+    float model more closely than round-to-nearest int4 with the same groups.
+
+    Calibration takes 2,048 random tokens: Hessians of 256 inputs need many more tokens than
+    that to generalise to other prompts. The random model's activations are nearly isotropic,
+    which leaves GPTQ little to exploit (measured 6% below round-to-nearest); test_gptq.py
+    checks the gain on correlated activations.
+    """
+    calibration = tmp_path / "calibration.txt"
+    ids = torch.randint(3, 256, (2048,), generator=torch.Generator().manual_seed(5))
+    calibration.write_text(" ".join(map(str, ids.tolist())))
+    out = str(tmp_path / "gptq")
+    argv = ["quantize", "-i", float_dir, "-o", out, "--quant-type", "gptq", "--tokenids-path", str(calibration)]
+    assert main(argv + (["--act-order"] if act_order else [])) == 0
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)["quantization_config"]
+    assert config == {"quant_method": "weight_only_int4", "bits": 4, "group_size": 128, "calibration": "gptq",
+                      "act_order": act_order}
+
+    loaded = tiny_llm(out)
+    modules = [m for m in engine_model(loaded).modules() if isinstance(m, QuantizedLinear)]
+    assert len(modules) == 8 and all(isinstance(m, Int4Linear) and m.input_perm is None for m in modules)
+    prompts = tiny_prompts()
+    reference = prompt_logprobs(tiny_llm(float_dir), prompts)
+    gptq_error = (prompt_logprobs(loaded, prompts) - reference).abs().mean()
+    rtn = tiny_llm(float_dir, quantization="weight_only_int4")
+    rtn_error = (prompt_logprobs(rtn, prompts) - reference).abs().mean()
+    assert gptq_error < rtn_error
 
 
 def test_gguf_input(tmp_path):

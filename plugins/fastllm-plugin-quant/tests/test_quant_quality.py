@@ -8,6 +8,7 @@ import re
 import pytest
 
 from fastllm import LLM, SamplingParams
+from fastllm.entrypoints.cli.main import main
 from fastllm.entrypoints.cli.quantize import engine_model
 from fastllm.quantization import QuantizedLinear
 
@@ -25,6 +26,10 @@ METHODS = {
     "nf4": (0.28, 4),
     "weight_only_int4": (0.33, 4),
 }
+# GPTQ (fastllm quantize --quant-type gptq --group-size 64 --act-order, built-in calibration
+# text) meets the +10% target that round-to-nearest int4 misses, in the same format: measured
+# +7.5% on 20,480 tokens, +6.9% to +7.9% on CI's 4,096 (two builds of the checkpoint).
+GPTQ_ALLOWED = 0.10
 QUESTIONS = {"The capital of France is": "Paris", "1, 2, 3, 4,": "5"}
 
 
@@ -43,7 +48,25 @@ def test_online_quantization(method, smollm2_path, baseline_nlls, caplog):
         llm = LLM(smollm2_path, quantization=method, **SMOLLM2_ARGS)
     logged = re.search(r"weight bytes before quantization: (\d+) .* after (\S+): (\d+)", caplog.text)
     assert logged and logged.group(2) == method and int(logged.group(3)) < int(logged.group(1))
+    assert_quality(llm, method, baseline_nlls, allowed, bits)
 
+
+@pytest.fixture(scope="session")
+def gptq_dir(smollm2_path, tmp_path_factory) -> str:
+    """SmolLM2 through `fastllm quantize --quant-type gptq` (built-in calibration text), on disk."""
+    out = str(tmp_path_factory.mktemp("gptq") / "smollm2-gptq")
+    assert main(["quantize", "-i", smollm2_path, "-o", out, "--quant-type", "gptq", "--group-size", "64",
+                 "--act-order", "-t", "fp16"]) == 0
+    return out
+
+
+def test_gptq_checkpoint(gptq_dir, baseline_nlls):
+    """Calibrated 4-bit meets the target that round-to-nearest misses (see GPTQ_ALLOWED)."""
+    assert_quality(LLM(gptq_dir, **SMOLLM2_ARGS), "gptq", baseline_nlls, GPTQ_ALLOWED, 4)
+
+
+def assert_quality(llm: LLM, method: str, baseline_nlls: list[float], allowed: float, bits: int) -> None:
+    """Linear-layer bytes, perplexity within ``allowed`` of the unquantized model, and answers."""
     # 1/2 (8-bit) or 1/4 (4-bit) of 16-bit weights, plus scales kept in the CPU's float32
     ratio = linear_bytes_ratio(llm)
     assert bits / 16 < ratio < bits / 16 * (1.05 if bits == 8 else 1.3)
