@@ -2,7 +2,8 @@
 # What the CUDA path has to show, in phases that each fit one 10-minute call, most important
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...   (engine, features, quant, serve, stash, smollm2)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
+#   (engine, features, quant, serve, stash, smollm2, gputests, structured8b, equality)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -85,6 +86,20 @@ smollm2)  # the SmolLM2 runs of features, most wanted first, for a short lease
   fi
   step equality 80 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
     --dtype float32 --output-json "$OUT/equality_fp32.json"
+  ;;
+gputests)  # every test that runs on CUDA, no time box short of the call's
+  TAIL=15 step tests 420 $PY -m pytest -q -p no:cacheprovider --durations=5 tests/attention tests/layers \
+    tests/engine/test_cuda_graphs.py kernels/tests
+  ;;
+structured8b)  # an 8B-sized step over SmolLM2's vocabulary: what grammars cost a model worth guiding
+  step structured_8b 240 $PY benchmarks/structured_output.py $COMMON --tokenizer .gguf/smollm2-tokenizer \
+    --num-prompts 64 --max-tokens 128 --repeats 2 --max-model-len 1024 --output-json "$OUT/structured_output_8b.json"
+  ;;
+equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32
+  for dtype in bfloat16 float32; do
+    step equality_$dtype 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
+      --dtype $dtype --output-json "$OUT/equality_$dtype.json"
+  done
   ;;
 quant)
   TAIL=5 step quant_tests 100 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/quant

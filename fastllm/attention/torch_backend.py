@@ -67,8 +67,7 @@ class TorchAttentionBackend:
             k = gather_kv(k_cache, meta.block_tables[i], kvlen).transpose(0, 1).to(q.dtype)
             v = gather_kv(v_cache, meta.block_tables[i], kvlen).transpose(0, 1).to(q.dtype)
             mask = _causal_mask(qlen, kvlen, q.device)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
-                                               enable_gqa=q.shape[0] != k.shape[0])
+            o = _attention(q, k, v, mask, scale)
             out[start:start + qlen] = o.transpose(0, 1)
             start += qlen
         return out
@@ -85,9 +84,21 @@ class TorchAttentionBackend:
         v = gather_blocks(v_cache, tables).flatten(1, 2)[:, :max_len].transpose(1, 2).to(query.dtype)
         lens = meta.seq_lens[:nd].to(query.device)
         mask = torch.arange(max_len, device=query.device)[None, :] < lens[:, None]
-        o = F.scaled_dot_product_attention(query.unsqueeze(2), k, v, attn_mask=mask[:, None, None, :],
-                                           scale=scale, enable_gqa=query.shape[1] != k.shape[1])
-        return o.squeeze(2)
+        return _attention(query.unsqueeze(2), k, v, mask[:, None, None, :], scale).squeeze(2)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+               scale: float) -> torch.Tensor:
+    """SDPA in float32 whatever the activations' dtype, rounded once at the end.
+
+    In bf16 torch's math path rounds the scores to bf16 before the softmax; the Triton kernels
+    keep them in fp32. The reference should be the most exact of the two, so a backend
+    compared against it is judged by its own rounding, not by the reference's."""
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        q, k, v = q.float(), k.float(), v.float()
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[-3] != k.shape[-3])
+    return o.to(dtype)
 
 
 def _causal_mask(query_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
