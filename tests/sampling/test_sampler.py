@@ -86,14 +86,16 @@ def test_min_tokens_bias_and_bad_words():
 def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
     """With the kernels forced on (Triton's interpreter here), top-k / top-p rows go through
     fastllm-kernels' sampler: same support and distribution as the torch path, greedy rows
-    their argmax, a row's token fixed by its seed and token count alone."""
+    their argmax, a row's token fixed by its seed and token count alone. The interpreter runs
+    a program a row, so the draws are few and the bound loose (about 2.5 times the expected
+    total variation); kernels/tests/test_sampling.py checks the distribution itself closely."""
     import fastllm.layers.fused as fused
 
     monkeypatch.setattr(fused, "MODE", "1")
     torch.manual_seed(1)
     logits = torch.randn(1, 32) * 2
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=10)
-    draws = 512
+    draws = 96
     batch = _batch([params] * draws + [SamplingParams(temperature=0.0)])
     for i, row in enumerate(batch.rows):
         row.seq.seed = i
@@ -106,7 +108,8 @@ def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
     counts = torch.bincount(tokens[:-1], minlength=32).double()
     assert counts[target == 0].sum() == 0
     tv = 0.5 * (counts / draws - target.double()).abs().sum().item()
-    assert tv < 0.08, f"total variation {tv:.4f}"
+    bound = target.double().sqrt().sum().item() / draws ** 0.5
+    assert tv < bound, f"total variation {tv:.4f} over the bound {bound:.4f}"
     again = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), batch), batch)
     assert torch.equal(again, tokens)
     later = _batch([params] * draws + [SamplingParams(temperature=0.0)], outputs=[[3]] * (draws + 1))
