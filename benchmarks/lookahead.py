@@ -8,8 +8,10 @@ pool holds the first answer). Every request runs on both engines in turn, so
 slow and fast moments of a shared machine fall on both alike (and which goes first alternates).
 Reported per workload: decode speed (tokens after the first, over the wall-clock time after
 the first), the same ratio in process CPU time (whole requests: steadier than wall-clock time
-on a busy machine), tokens per forward step, and draft acceptance. Each engine first serves a
-few warm-up requests (``--warmup``), so one-off compilation is not timed.
+on a busy machine), tokens per forward step, draft acceptance, and the share of steps left in
+flight (overlapped with the host's work for the next one: async scheduling, on by default on
+CUDA, forced either way by ``--async-scheduling``). Each engine first serves a few warm-up
+requests (``--warmup``), so one-off compilation is not timed.
 
 Greedy outputs must agree between the engines. In bfloat16 they may not, token for token:
 a verification pass computes several positions in one matrix product, which rounds
@@ -70,6 +72,7 @@ class Run:
     cpu_s: float
     draft_tokens: int
     accepted_tokens: int
+    overlapped: int  # steps that returned with a step still in flight
 
     @property
     def tokens_per_step(self) -> float:
@@ -77,20 +80,23 @@ class Run:
 
 
 class Engine:
-    """An LLM whose ``step`` calls are counted, so forward passes per request are known."""
+    """An LLM whose ``step`` calls are counted, so forward passes per request are known, and
+    those that returned with a step in flight."""
 
     def __init__(self, llm: LLM):
-        self.llm, self.steps = llm, 0
+        self.llm, self.steps, self.overlapped = llm, 0, 0
         step = llm.engine.step
 
         def counted() -> list:
             self.steps += 1
-            return step()
+            outputs = step()
+            self.overlapped += llm.engine.in_flight is not None
+            return outputs
 
         llm.engine.step = counted
 
     def run(self, prompt: Any, params: SamplingParams) -> tuple[Run, list[int]]:
-        before, cpu = self.steps, time.process_time()
+        before, overlapped, cpu = self.steps, self.overlapped, time.process_time()
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             output = self.llm.chat(prompt, params, use_tqdm=False)[0]
         else:
@@ -98,7 +104,8 @@ class Engine:
         m = output.metrics
         tokens = output.outputs.token_ids
         return Run(len(tokens), self.steps - before, m.finished_time - m.first_token_time,
-                   time.process_time() - cpu, m.num_draft_tokens, m.num_accepted_tokens), tokens
+                   time.process_time() - cpu, m.num_draft_tokens, m.num_accepted_tokens,
+                   self.overlapped - overlapped), tokens
 
 
 def document(rng: random.Random, num_sentences: int) -> str:
@@ -137,7 +144,8 @@ def summarize(runs: list[Run]) -> dict[str, float]:
     return {"decode_tokens": tokens, "decode_s": round(seconds, 3), "decode_tok_s": round(tokens / seconds, 2),
             "cpu_s": round(sum(r.cpu_s for r in runs), 3),
             "tokens_per_step": round(tokens / max(sum(r.steps - 1 for r in runs), 1), 3),
-            "acceptance": round(sum(r.accepted_tokens for r in runs) / drafts, 3) if drafts else 0.0}
+            "acceptance": round(sum(r.accepted_tokens for r in runs) / drafts, 3) if drafts else 0.0,
+            "overlapped_steps": round(sum(r.overlapped for r in runs) / sum(r.steps for r in runs), 3)}
 
 
 def measure(engines: dict[str, Engine], prompts: list[Any], params: SamplingParams,
@@ -180,6 +188,8 @@ def main() -> None:
     parser.add_argument("--doc-sentences", type=int, default=5, help="copy workload: sentences per paragraph")
     parser.add_argument("--doc-tokens", type=int, default=128, help="copy workload without a tokenizer")
     parser.add_argument("--repetition-penalty", type=float, default=1.3, help="norepeat workload")
+    parser.add_argument("--async-scheduling", choices=["true", "false"], default=None,
+                        help="overlap steps (default: where launches return early, i.e. CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=2, help="untimed copy requests per engine first")
@@ -193,6 +203,8 @@ def main() -> None:
     model = args.model or embedded_model_path()
     common = {"load_format": args.load_format, "dtype": args.dtype, "max_model_len": args.max_model_len,
               "num_gpu_blocks_override": args.num_gpu_blocks, "attention_backend": args.attention_backend}
+    if args.async_scheduling is not None:
+        common["async_scheduling"] = args.async_scheduling == "true"
     spec = {"method": "lookahead", "num_speculative_tokens": args.num_speculative_tokens}
     engines = build_engines(model, common, spec)
     llm = engines["plain"].llm
@@ -232,14 +244,14 @@ def main() -> None:
     device = llm.engine.platform.device.type
     print(f"\nlookahead decoding on {device} ({os.path.basename(model)}), batch 1, greedy, "
           f"{args.num_prompts} prompts a workload, max_tokens {args.max_tokens}, "
-          f"num_speculative_tokens {args.num_speculative_tokens}")
+          f"num_speculative_tokens {args.num_speculative_tokens}, async scheduling {llm.engine.overlap}")
     print(f"{'workload':<10}{'plain tok/s':>12}{'lookahead tok/s':>17}{'speed-up':>10}{'cpu-time speed-up':>19}"
-          f"{'tokens/step':>13}{'acceptance':>12}")
+          f"{'tokens/step':>13}{'acceptance':>12}{'overlapped':>12}")
     for name in WORKLOADS:
         row = results[name]
         print(f"{name:<10}{row['plain']['decode_tok_s']:>12.1f}{row['lookahead']['decode_tok_s']:>17.1f}"
               f"{row['speedup']:>9.2f}x{row['cpu_speedup']:>18.2f}x{row['lookahead']['tokens_per_step']:>13.2f}"
-              f"{row['lookahead']['acceptance']:>12.2f}")
+              f"{row['lookahead']['acceptance']:>12.2f}{row['lookahead']['overlapped_steps']:>12.2f}")
     for mode in ("plain", "lookahead"):
         first, second = results["repeat"][mode]
         print(f"repeat    {mode:<10} first {first['decode_tok_s']:>7.1f} tok/s ({first['tokens_per_step']:.2f} "

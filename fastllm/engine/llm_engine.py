@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
 from fastllm import registry
 from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import IncrementalDetokenizer
+from fastllm.engine.grammars import advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.request_state import RequestState, SampleState
@@ -28,12 +29,18 @@ logger = logging.getLogger("fastllm")
 
 @dataclass
 class InFlightStep:
-    """A launched step whose tokens the engine has not read yet."""
+    """A launched step whose tokens the engine has not read yet.
+
+    ``overlapped``: its counts advanced at launch and its tokens are pending on the device, so
+    the next step may launch before it is read. A step that verifies drafts never is: how many
+    drafts it accepts decides the next step's positions, so it is read before the next launch.
+    """
 
     scheduled: list[ScheduledSequence]
     sampling: list[Sequence]  # the sequences that get a token from it
     pending: PendingStep
     launch_time: float
+    overlapped: bool
 
 
 def select_platform(name: Optional[str]) -> Any:
@@ -129,13 +136,9 @@ class LLMEngine:
     def _overlap_steps(self) -> bool:
         """Async scheduling: on where launches return early (CUDA, one rank), unless configured.
 
-        Drafts are proposed from the tokens of the step before, so speculative decoding
-        runs steps one after the other."""
+        A speculative decoder keeps it: steps without drafts overlap as in plain decoding, and
+        only a step in which some sequence wants drafts runs on its own (see ``step``)."""
         wanted = self.config.async_scheduling
-        if self.speculator is not None:
-            if wanted:
-                logger.warning("async_scheduling is off: speculative decoding needs each step's tokens first")
-            return False
         return self.runner.overlaps_steps if wanted is None else wanted
 
     # ---- requests ------------------------------------------------------------------------------
@@ -209,30 +212,42 @@ class LLMEngine:
         grammar, penalties) does not stop the overlap: the batch's forward pass is queued
         first, the step in flight is read while it runs, and only then are the batch's
         sampling rows built and its grammar masks filled.
+
+        With a speculative decoder, a step in which no sequence wants drafts overlaps just the
+        same. When one does, the step in flight is read first (drafts continue each sequence's
+        latest token), then drafts are proposed and the step is launched and read before this
+        returns: its accepted counts decide where the next step starts, and that one may
+        overlap again.
         """
-        previous, self.in_flight = self.in_flight, None
-        if self.speculator is not None:
+        touched: dict[str, RequestState] = {}
+        if self.speculator is not None and self._drafts_wanted():
+            if self.in_flight is not None:
+                touched.update(self._read(self.in_flight))
+                self.in_flight = None
             self._propose_drafts()
+        previous, self.in_flight = self.in_flight, None
         out = self.scheduler.schedule()
         if not out.scheduled:
-            return self._finish(previous) if previous is not None else []
-        if previous is not None and self._samples_need_previous(out.scheduled):
-            outputs: list[RequestOutput] = []
-            self.in_flight = self._launch(out.scheduled, lambda: outputs.extend(self._finish(previous)))
-            return outputs
-        launched = self._launch(out.scheduled)
-        if not self.overlap:
-            return self._finish(launched)
-        self.in_flight = launched
-        return self._finish(previous) if previous is not None else []
+            if previous is not None:
+                touched.update(self._read(previous))
+        elif not self.overlap or any(item.num_draft_tokens for item in out.scheduled):
+            touched.update(self._read(self._launch(out.scheduled, overlapped=False)))
+        elif previous is not None and self._samples_need_previous(out.scheduled):
+            self.in_flight = self._launch(out.scheduled, overlapped=True,
+                                          before_sampling=lambda: touched.update(self._read(previous)))
+        else:
+            self.in_flight = self._launch(out.scheduled, overlapped=True)
+            if previous is not None:
+                touched.update(self._read(previous))
+        return [self._emit(state) for state in touched.values()]
 
     @staticmethod
     def _samples_need_previous(scheduled: list[ScheduledSequence]) -> bool:
         """Whether a sequence samples from logits that depend on its token still in flight."""
         return any(item.seq.num_pending_tokens and item.seq.needs_host_tokens for item in scheduled)
 
-    def _launch(self, scheduled: list[ScheduledSequence],
-                before_sampling: Optional[Callable[[], None]] = None) -> "InFlightStep":
+    def _launch(self, scheduled: list[ScheduledSequence], overlapped: bool,
+                before_sampling: Optional[Callable[[], None]] = None) -> InFlightStep:
         now = time.time()
         for item in scheduled:
             metrics = self.requests[item.seq.request_id].metrics
@@ -250,25 +265,26 @@ class LLMEngine:
 
         start = time.perf_counter()
         pending = self.runner.launch(scheduled, read_previous if before_sampling else None)
-        step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading)
-        if self.overlap:  # drafts never run here, so the counts advance now, tokens pending
+        step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading, overlapped)
+        if overlapped:  # no drafts to verify: the counts advance now, the tokens stay pending
             self.scheduler.update(scheduled)
             for seq in sampling:
                 seq.num_pending_tokens += 1
         return step
 
-    def _finish(self, step: "InFlightStep") -> list[RequestOutput]:
-        """Read a launched step's tokens and hand them to their requests."""
+    def _read(self, step: InFlightStep) -> dict[str, RequestState]:
+        """Read a launched step's tokens and hand them to their requests; return those requests."""
         start = time.perf_counter()
         results = step.pending.results()
         forward_time = step.launch_time + time.perf_counter() - start
-        if self.overlap:
+        if step.overlapped:
             for seq in step.sampling:
                 seq.num_pending_tokens -= 1
         else:
             for item in step.scheduled:
                 item.num_accepted_drafts = results[item.seq.seq_id].num_accepted_drafts
             self.scheduler.update(step.scheduled)
+        advance_grammars(self.structured_output, step.scheduled, results)
         touched: dict[str, RequestState] = {}
         for item in step.scheduled:
             seq, result = item.seq, results[item.seq.seq_id]
@@ -281,7 +297,7 @@ class LLMEngine:
                 known = len(seq.prompt_logprobs) - result.prompt_logprobs_start
                 seq.prompt_logprobs.extend(result.prompt_logprobs[max(known, 0):])
             self._append_tokens(state, item, result)
-        return [self._emit(state) for state in touched.values()]
+        return touched
 
     def _append_tokens(self, state: RequestState, item, result) -> None:
         seq = item.seq
@@ -292,10 +308,8 @@ class LLMEngine:
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
-            if seq.structured_state is not None:
-                seq.structured_state.accept_token(token)
             seq.check_stop()
-            if not seq.is_finished and seq.structured_state is not None and seq.structured_state.is_terminated():
+            if not seq.is_finished and result.grammar_terminated:
                 seq.finish("stop")
             state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
             if seq.is_finished:
@@ -317,20 +331,34 @@ class LLMEngine:
             del self.requests[state.request_id]
         return state.to_output()
 
-    def _propose_drafts(self) -> None:
-        seqs, room = [], []
+    def _draft_room(self) -> Iterator[tuple[Sequence, int]]:
+        """Each running sequence whose next step decodes, with the most drafts that step may
+        verify (>= 1, before max_tokens / max_model_len); a token pending on the device counts
+        as known. Guided sequences never draft."""
         for seq in self.scheduler.running:
-            if seq.num_computed_tokens != seq.num_tokens - 1 or seq.structured_state is not None:
+            num_tokens = seq.num_tokens + seq.num_pending_tokens
+            if seq.num_computed_tokens != num_tokens - 1 or seq.structured_state is not None:
                 continue
-            params = seq.sampling_params
-            left = self.max_model_len - seq.num_tokens - 1
-            if params.max_tokens is not None:
-                left = min(left, params.max_tokens - len(seq.output_token_ids) - 1)
+            left = self.max_model_len - num_tokens - 1
+            max_tokens = seq.sampling_params.max_tokens
+            if max_tokens is not None:
+                left = min(left, max_tokens - len(seq.output_token_ids) - seq.num_pending_tokens - 1)
             if left > 0:
-                seqs.append(seq)
-                room.append(left)
-        if seqs:
-            self.speculator.propose(seqs, room)
+                yield seq, left
+
+    def _drafts_wanted(self) -> bool:
+        """Whether some sequence would verify drafts next step; asked before the step in flight is
+        read. A sequence still holding drafts (its last step had no room for it) counts; a
+        decoder without ``wants_drafts`` is taken to want them every step."""
+        wants = getattr(self.speculator, "wants_drafts", None)
+        return any(seq.draft_token_ids or wants is None or wants(seq) for seq, _ in self._draft_room())
+
+    def _propose_drafts(self) -> None:
+        """Drafts continue a sequence's latest token, so one still pending on the device gets none."""
+        candidates = [(seq, room) for seq, room in self._draft_room() if not seq.num_pending_tokens]
+        if candidates:
+            seqs, room = zip(*candidates)
+            self.speculator.propose(list(seqs), list(room))
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

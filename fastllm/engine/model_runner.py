@@ -124,8 +124,11 @@ class ModelRunner:
         """Queue one step on the device and return without waiting for it, where the step allows.
 
         A scheduled token that the previous launch sampled and the host has not read yet is
-        read on the device. Prompt logprobs and draft verification need values on the host,
-        so a step with either has finished when this returns. ``before_sampling`` runs once,
+        read on the device. Prompt logprobs need values on the host, so a step with them has
+        finished when this returns. A step that verifies drafts leaves no token to read that
+        way (a sequence's next token sits at the row its accepted count picks): the engine
+        reads it before the next launch, and it clears ``last_sampled``, so a launch that
+        needed it would fail rather than read older tokens. ``before_sampling`` runs once,
         after the forward pass and the logits are queued and before the sampling rows are
         built: the engine reads the previous step there, so the rows (grammar masks,
         penalties) see its tokens while the device computes this step's logits.
@@ -188,6 +191,7 @@ class ModelRunner:
             self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
             return PendingStep(results, [SampledRows(item.seq.seq_id, start) for item, start in owners],
                                tokens, dist.logits, dist.logsumexp, top_k)
+        self.last_sampled = None
         verified = verify_drafts(dist.probs, dist.greedy_tokens, [
             DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
                        item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])

@@ -10,12 +10,13 @@ from fastllm.engine.sequence import Sequence
 class SpeculativeDecoder(Protocol):
     """Built once per engine as ``cls(speculative_config: dict, engine_config)``.
 
-    Before each step the engine calls ``propose`` with the sequences whose next step is a
-    decode; the decoder sets ``seq.draft_token_ids``. The step runs every draft of the
-    batch through the model in the same forward pass and keeps the longest run the target
-    model agrees with (``fastllm.spec_decode.verify``): greedy output is unchanged and
-    sampled output keeps its distribution, whatever the drafts. Rejected drafts cost
-    only their slots in that pass. ``seq.spec_state`` is free for the decoder's own state.
+    Before each step the engine asks ``wants_drafts`` of the sequences whose next step is a
+    decode; where any says yes it calls ``propose`` with all of them, and the decoder sets
+    ``seq.draft_token_ids``. The step runs every draft of the batch through the model in the
+    same forward pass and keeps the longest run the target model agrees with
+    (``fastllm.spec_decode.verify``): greedy output is unchanged and sampled output keeps its
+    distribution, whatever the drafts. Rejected drafts cost only their slots in that pass.
+    ``seq.spec_state`` is free for the decoder's own state.
 
     ``speculative_config["num_speculative_tokens"]``, where given, is the most drafts a
     sequence proposes per step: on CUDA the runner captures graphs of verification steps up
@@ -24,6 +25,16 @@ class SpeculativeDecoder(Protocol):
 
     def on_prompt(self, seq: Sequence) -> None:
         """A new sequence (each of a request's ``n`` samples) arrived; its prompt can seed the proposer."""
+        ...
+
+    def wants_drafts(self, seq: Sequence) -> bool:
+        """Whether ``propose`` may set drafts on ``seq`` next step; reads only, since it is asked
+        every step, before the step in flight is read (``seq.output_token_ids`` may still lack
+        its ``seq.num_pending_tokens`` latest tokens). No from every sequence lets the step
+        overlap the one in flight (async scheduling); a yes makes the engine read that step
+        first and verify this one before launching again, so a yes where ``propose`` then sets
+        nothing costs one step's overlap. Optional: the engine takes a decoder without it to
+        say yes every step, which keeps async scheduling off while sequences can draft."""
         ...
 
     def propose(self, seqs: list[Sequence], max_drafts: list[int]) -> None:
@@ -35,7 +46,8 @@ class SpeculativeDecoder(Protocol):
     def on_step(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
         """``seq`` appended this step's tokens (``seq.output_token_ids`` is up to date), of which
         ``num_accepted`` were drafts, out of ``num_proposed`` verified. Comes for every step that
-        yields tokens, the one that ends the prompt too, and before ``on_finished``."""
+        yields tokens, the one that ends the prompt too, and before ``on_finished``: the place to
+        count a step, since ``propose`` comes only on steps where some sequence wants drafts."""
         ...
 
     def on_finished(self, seq: Sequence) -> None:

@@ -51,6 +51,7 @@ class LookaheadDecoder:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.num_spec_steps = 0
+        self.probe_min_match = min(PROBE_MIN_MATCH, self.config.max_match_tokens)
 
     def on_prompt(self, seq: Sequence) -> None:
         config = self.config
@@ -66,14 +67,26 @@ class LookaheadDecoder:
         tracker = AcceptanceTracker(config.num_speculative_tokens, config.min_chain_prob)
         seq.spec_state = SequenceDrafts(request, own_cursor, pool_cursor, tracker)
 
+    def wants_drafts(self, seq: Sequence) -> bool:
+        """Yes while the sequence's drafts hold well enough; once backed off, only when a probe is
+        due and the tokens on the host can still end in a long enough match: its last
+        ``PROBE_MIN_MATCH - seq.num_pending_tokens`` tokens were seen before with a token after."""
+        wanted, probe = seq.spec_state.tracker.allowed()
+        if not probe:
+            return wanted > 0
+        known = self.probe_min_match - seq.num_pending_tokens
+        if known <= 0:
+            return True
+        context = self._context(seq, known)
+        return seq.spec_state.request.trie.continues(context) or self.pool.continues(context)
+
     def propose(self, seqs: list[Sequence], max_drafts: list[int]) -> None:
         drafts, priority = [], []
-        probe_min_match = min(PROBE_MIN_MATCH, self.config.max_match_tokens)
         for seq, room in zip(seqs, max_drafts):
             tracker = seq.spec_state.tracker
             wanted, probe = tracker.allowed()
             match = self._match(seq, min(room, wanted)) if wanted > 0 else Match()
-            drafts.append(match.tokens if not probe or match.length >= probe_min_match else [])
+            drafts.append(match.tokens if not probe or match.length >= self.probe_min_match else [])
             priority.append(tracker.acceptance)
         granted = share_drafts([len(d) for d in drafts], priority, self.config.max_batch_draft_tokens)
         for seq, draft, count in zip(seqs, drafts, granted):
@@ -118,12 +131,15 @@ class LookaheadDecoder:
         """The longer suffix match and its continuation: the request's own trie, else the pool."""
         state: SequenceDrafts = seq.spec_state
         longest = self.config.max_match_tokens
-        output = seq.output_token_ids
-        context = output[-longest:]
-        if len(context) < longest:
-            context = seq.prompt_token_ids[len(context) - longest:] + context
+        context = self._context(seq, longest)
         own = state.request.trie.match(context, longest, max_tokens)
         if own.length == longest:
             return own
         shared = self.pool.match(context, longest, max_tokens)
         return shared if shared.length > own.length else own
+
+    @staticmethod
+    def _context(seq: Sequence, length: int) -> list[int]:
+        """The last ``length`` tokens of ``seq`` on the host (fewer only if it has fewer)."""
+        output = seq.output_token_ids[-length:]
+        return output if len(output) == length else seq.prompt_token_ids[len(output) - length:] + output

@@ -25,6 +25,8 @@ class AcceptanceTracker:
     Each verified draft token before the first rejection is a success, the rejected one
     a failure; drafts after a rejection were never tried. ``decay`` forgets old steps so
     a request that moves from free text to quoting (or back) is followed within a few steps.
+    ``allowed`` only reads, so it may be asked any number of times a step; ``update`` counts
+    every step, with drafts or without.
     """
 
     max_drafts: int
@@ -34,7 +36,7 @@ class AcceptanceTracker:
     # The prior, 0.7: a new sequence drafts a few tokens, and all of them after one full success.
     successes: float = 0.7
     trials: float = 1.0
-    idle_steps: int = 0
+    idle_steps: int = 0  # steps without drafts since the last verification, while backed off
     probe_interval: int = FIRST_PROBE_INTERVAL
 
     @property
@@ -42,29 +44,42 @@ class AcceptanceTracker:
         return self.successes / self.trials
 
     def allowed(self) -> tuple[int, bool]:
-        """Drafts worth proposing: as many as keep the chance that all are accepted above
-        ``min_chain_prob``; when that is none, one now and then as a probe. The flag says
+        """Drafts worth proposing next step: as many as keep the chance that all are accepted
+        above ``min_chain_prob``; when that is none, one now and then as a probe. The flag says
         whether this is a probe (see ``PROBE_MIN_MATCH``)."""
-        rate = self.acceptance
-        if rate >= 1.0:
-            return self.max_drafts, False
-        wanted = int(math.log(self.min_chain_prob) / math.log(rate)) if rate > 0.0 else 0
+        wanted = self._chain_length()
         if wanted > 0:
-            return min(wanted, self.max_drafts), False
-        self.idle_steps += 1
-        return (1, True) if self.idle_steps >= self.probe_interval else (0, False)
+            return wanted, False
+        return (1, True) if self._probe_due else (0, False)
 
     def update(self, num_proposed: int, num_accepted: int) -> None:
-        """Fold in one verification step of ``num_proposed`` drafts."""
+        """Fold in one step that yielded tokens, of which ``num_accepted`` were drafts out of
+        ``num_proposed`` verified (none: a step without drafts, which brings a probe closer)."""
         if num_proposed == 0:
+            if self._chain_length() == 0:
+                self.idle_steps += 1
             return
+        was_probe = self._chain_length() == 0 and self._probe_due
         failed = num_accepted < num_proposed
         self.successes = self.decay * self.successes + num_accepted
         self.trials = self.decay * self.trials + num_accepted + failed
-        if self.idle_steps >= self.probe_interval:
+        if was_probe:
             self.probe_interval = (min(2 * self.probe_interval, self.max_probe_interval) if failed
                                    else FIRST_PROBE_INTERVAL)
         self.idle_steps = 0
+
+    def _chain_length(self) -> int:
+        """The most drafts whose chance of all being accepted stays above ``min_chain_prob``."""
+        rate = self.acceptance
+        if rate >= 1.0:
+            return self.max_drafts
+        wanted = int(math.log(self.min_chain_prob) / math.log(rate)) if rate > 0.0 else 0
+        return min(wanted, self.max_drafts)
+
+    @property
+    def _probe_due(self) -> bool:
+        """The next step is the ``probe_interval``-th without drafts; a probe waits until it is made."""
+        return self.idle_steps + 1 >= self.probe_interval
 
 
 def share_drafts(wanted: list[int], priority: list[float], max_batch_drafts: int) -> list[int]:

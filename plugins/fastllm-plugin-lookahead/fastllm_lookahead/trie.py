@@ -104,6 +104,12 @@ class TokenTrie:
                 return Match(length, self._follow(path, max_tokens))
         return Match()
 
+    def continues(self, tokens: Sequence[int]) -> bool:
+        """Whether the n-gram ``tokens`` occurred with a token after it; touches nothing (the
+        recency that ``evict`` goes by included)."""
+        path = self._path(tokens)
+        return bool(path) and path[-1].best >= 0
+
     def evict(self) -> None:
         """Drop the least recently used nodes (with whatever hangs below them) until at most
         ``KEEP_FRACTION * max_nodes`` are left."""

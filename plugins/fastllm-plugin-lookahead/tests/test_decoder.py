@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from fastllm_lookahead import LookaheadDecoder
+from fastllm_lookahead.policy import AcceptanceTracker
 
 from fastllm import registry
 from fastllm.engine.sequence import Sequence
@@ -85,3 +86,33 @@ def test_a_large_batch_shares_the_step_budget():
         emit(decoder, seq, [1, 2])
     drafts = propose(decoder, *seqs)
     assert sum(len(d) for d in drafts) <= 16 and all(d == [3] for d in drafts)
+
+
+def test_asking_whether_drafts_are_wanted_changes_nothing_and_tells_the_truth():
+    """A new sequence wants drafts; a backed-off one wants none until a probe is due, and then
+    only when its context ends in a match of ``PROBE_MIN_MATCH`` tokens."""
+    decoder = LookaheadDecoder({"method": "lookahead", "num_speculative_tokens": 3})
+    seq = new_seq(decoder, "a", [50, 51, 52, 53, 54, 55, 56, 57])
+    emit(decoder, seq, [52, 53])
+    assert decoder.wants_drafts(seq) and decoder.wants_drafts(seq)
+    assert propose(decoder, seq) == [[54, 55, 56]]
+    seq.output_token_ids.append(90)  # every draft rejected: backed off
+    decoder.on_step(seq, 3, 0)
+    wanted = []
+    for token in (91, 92, 93, 50, 51, 52):
+        wanted.append(decoder.wants_drafts(seq))
+        assert propose(decoder, seq) == [[]]
+        emit(decoder, seq, [token])
+    assert wanted == [False] * 6  # a probe is due from the 4th step on, but no context matched
+    assert decoder.wants_drafts(seq) and propose(decoder, seq) == [[53]]  # [50, 51, 52]: the probe
+
+
+def test_with_a_token_pending_a_due_probe_is_wanted_where_the_known_tokens_can_still_match():
+    decoder = LookaheadDecoder({"method": "lookahead", "num_speculative_tokens": 3})
+    seq = new_seq(decoder, "a", [50, 51, 52, 53, 54, 55, 56, 57])
+    seq.spec_state.tracker = AcceptanceTracker(3, 0.3, successes=0.0, idle_steps=10)  # backed off, probe due
+    seq.num_pending_tokens = 1
+    seq.output_token_ids = [60, 50, 51]  # [50, 51, pending] may be [50, 51, 52]
+    assert decoder.wants_drafts(seq)
+    seq.output_token_ids = [60, 51, 99]  # nothing ever followed [51, 99]
+    assert not decoder.wants_drafts(seq)

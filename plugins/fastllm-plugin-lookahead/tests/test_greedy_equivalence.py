@@ -1,5 +1,6 @@
 """Lookahead changes the speed, never the text: greedy SmolLM2 output with and without it is
-the same token for token, alone and in batches of 4 and 16+, and copying is where it gains."""
+the same token for token, alone and in batches of 4 and 16+, with async scheduling too, and
+copying is where it gains."""
 
 from __future__ import annotations
 
@@ -123,3 +124,65 @@ def test_the_second_identical_request_takes_fewer_steps(engines):
         del lookahead.engine.step
     assert outputs[0].outputs.token_ids == outputs[1].outputs.token_ids
     assert steps[1] < steps[0] / 2
+
+
+@pytest.fixture(scope="module")
+def overlapped() -> LLM:
+    """Lookahead under async scheduling, forced on (the CPU does not overlap by default)."""
+    llm = LLM(embedded_model_path(), speculative_config={"method": "lookahead", "num_speculative_tokens": 6},
+              max_model_len=2048, num_gpu_blocks_override=256, async_scheduling=True)
+    assert llm.engine.overlap
+    return llm
+
+
+MIXED = [
+    (COPY_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=40, stop=["ledger"])),
+    (FREE_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=40)),
+    (COPY_PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=23)),
+    (FREE_PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=40, repetition_penalty=1.3)),
+    (COPY_PROMPTS[2], SamplingParams(temperature=0.0, max_tokens=40, logprobs=2)),
+    (FREE_PROMPTS[2], SamplingParams(temperature=0.0, max_tokens=40, stop=["\n\n"])),
+    (COPY_PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=17, stop_token_ids=[13])),
+    (FREE_PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=40)),
+]
+
+
+@pytest.mark.parametrize("batch", [1, 4, 8])
+def test_async_scheduling_keeps_greedy_output_and_overlaps_the_draft_free_steps(engines, overlapped, batch,
+                                                                                monkeypatch):
+    """Copying and free text in one batch: the copies verify drafts (read synchronously), the
+    rest overlap, and stops and max_tokens that end inside a verification step end as in plain
+    decoding, with every KV block returned."""
+    engine, steps, ends = overlapped.engine, [], []
+    step, append = engine.step, engine._append_tokens
+
+    def spied_step():  # (did it verify drafts, did it leave a step in flight)
+        verified = engine.speculator.num_spec_steps
+        outputs = step()
+        steps.append((engine.speculator.num_spec_steps > verified, engine.in_flight is not None))
+        return outputs
+
+    def spied_append(state, item, result):
+        append(state, item, result)
+        if item.seq.is_finished:
+            ends.append((item.seq.finish_reason, result.num_accepted_drafts))
+
+    monkeypatch.setattr(engine, "step", spied_step)
+    monkeypatch.setattr(engine, "_append_tokens", spied_append)
+    prompts, params = [p for p, _ in MIXED[:batch]], [p for _, p in MIXED[:batch]]
+    reference = engines[0].generate(prompts, params, use_tqdm=False)
+    outputs = overlapped.generate(prompts, params, use_tqdm=False)
+    for mine, ref in zip(outputs, reference):
+        assert mine.outputs.token_ids == ref.outputs.token_ids
+        assert (mine.outputs.text, mine.outputs.finish_reason) == (ref.outputs.text, ref.outputs.finish_reason)
+        if ref.outputs.logprobs is not None:
+            for got, want in zip(mine.outputs.logprobs, ref.outputs.logprobs):
+                assert got.keys() == want.keys() and all(abs(got[t] - want[t]) < 1e-3 for t in want)
+    assert sum(o.metrics.num_accepted_tokens for o in outputs) > 0
+    assert not any(verified and in_flight for verified, in_flight in steps)
+    assert sum(in_flight for _, in_flight in steps) > 1
+    ended_verifying = {reason for reason, accepted in ends if accepted}
+    assert "stop" in ended_verifying and (batch == 1 or "length" in ended_verifying)
+    pool = engine.kv_cache.pool
+    assert pool.num_free_blocks == pool.num_usable_blocks and not engine.scheduler.running
+    assert engine.in_flight is None and engine.speculator.stats()["active_requests"] == 0

@@ -44,7 +44,11 @@ def test_only_the_drafts_of_a_backed_off_sequence_are_probes():
     tracker = AcceptanceTracker(max_drafts=6, min_chain_prob=0.3)
     assert tracker.allowed() == (3, False)
     tracker.update(3, 0)
-    seen = [tracker.allowed() for _ in range(4)]
+    seen = []
+    for _ in range(4):
+        seen.append(tracker.allowed())
+        assert tracker.allowed() == seen[-1]  # asking changes nothing: only steps count
+        tracker.update(0, 0)
     assert seen == [(0, False)] * 3 + [(1, True)]
     assert tracker.allowed() == (1, True)  # a probe waits until it is made
 

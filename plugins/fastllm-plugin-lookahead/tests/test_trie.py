@@ -59,6 +59,17 @@ def test_match_continues_the_longest_suffix():
     assert trie.match([42], max_length=3, max_tokens=2).length == 0
 
 
+def test_continues_says_what_match_would_find_and_touches_nothing():
+    trie = TokenTrie(depth=4, max_nodes=1000)
+    feed(trie, [1, 2, 3, 4, 5])
+    ticks = [node.tick for node in trie.root.children.values()]
+    assert trie.continues([2, 3]) and trie.continues([3, 4, 5]) is False
+    assert not trie.continues([2, 4]) and not trie.continues([])
+    assert [node.tick for node in trie.root.children.values()] == ticks
+    for context in ([1, 2, 3], [2, 3], [3, 4, 5], [7, 3], [2, 4]):
+        assert trie.continues(context) == (trie.match(context, len(context), 1).length == len(context))
+
+
 def test_match_prefers_the_frequent_continuation_then_the_latest():
     trie = TokenTrie(depth=4, max_nodes=1000)
     for tokens in ([1, 2, 3], [1, 2, 3], [1, 2, 4]):
