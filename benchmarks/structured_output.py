@@ -6,6 +6,13 @@ shape and the difference is the grammar's cost alone: bitmask fill and apply, to
 The mixed mode guides every other request, to show what a few grammars cost a batch.
 Process CPU time is printed beside wall time: on a shared CPU host it is the steadier measure.
 
+A second table splits the host time of an engine step: waiting for the device (reading a
+step's tokens), xgrammar's mask fill (on whatever thread it ran: the backend starts it on a
+worker when the step's tokens are accepted), the main thread's masking call (waiting for that
+fill, uploading and applying the mask), the token accept, and the rest (scheduling, launching,
+detokenizing, outputs). On a GPU the step time is the larger of the forward pass and the host
+work, so a step that is nearly all host time is bound by the host.
+
     python benchmarks/structured_output.py                      # SmolLM2 on CPU
     python benchmarks/structured_output.py --model llama-3-8b --load-format dummy \
         --tokenizer SMOLLM2.gguf --num-prompts 64                 # an 8B-sized step, random weights
@@ -21,10 +28,14 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Callable, Optional
+from collections import defaultdict
+from typing import Any, Optional
 
+import xgrammar as xgr
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.resolve import embedded_model_path
+from fastllm.platforms.transfer import HostCopy
+from fastllm_xgrammar.bitmask import fill_threads
 
 SHORT = {"type": "string", "minLength": 1, "maxLength": 16}
 SPECS: list[tuple[str, dict[str, Any]]] = [
@@ -69,17 +80,51 @@ def params_for(mode: str, specs: list[dict[str, Any]], lengths: list[int], max_t
     return params
 
 
-class MaskTimer:
-    """Wraps the backend's ``apply_bitmask`` to add up the host time spent masking."""
+BREAKDOWN = ("step", "device wait", "fill", "fill wait", "mask", "accept")
 
-    def __init__(self, apply_bitmask: Callable[..., None]):
-        self.apply_bitmask, self.seconds, self.calls = apply_bitmask, 0.0, 0
 
-    def __call__(self, logits: Any, matchers: Any) -> None:
-        start = time.perf_counter()
-        self.apply_bitmask(logits, matchers)
-        self.seconds += time.perf_counter() - start
-        self.calls += 1
+class HostTimer:
+    """Adds up the seconds spent in a few calls, per name, by wrapping them where they are looked up."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        inner = getattr(owner, attribute)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+                self.calls[name] += 1
+
+        setattr(owner, attribute, timed)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def per_step(self) -> dict[str, float]:
+        """Milliseconds per engine step of each part; ``rest`` is the step's host time outside them."""
+        steps = max(self.calls["step"], 1)
+        ms = {name: 1e3 * self.seconds[name] / steps for name in BREAKDOWN}
+        ms["rest"] = ms["step"] - ms["device wait"] - ms["mask"] - ms["accept"]
+        return ms
+
+
+def time_host(llm: LLM) -> HostTimer:
+    """Time the engine's steps, its waits for the device and the backend's fill, mask and accept."""
+    timer, backend = HostTimer(), llm.engine.structured_output
+    timer.wrap(llm.engine, "step", "step")
+    timer.wrap(HostCopy, "wait", "device wait")
+    timer.wrap(backend.bitmask.filler, "batch_fill_next_token_bitmask", "fill")
+    timer.wrap(backend.bitmask, "wait_ahead", "fill wait")
+    timer.wrap(backend, "apply_bitmask", "mask")
+    timer.wrap(backend, "accept_tokens", "accept")
+    return timer
 
 
 def compile_times(backend: Any, specs: list[dict[str, Any]]) -> tuple[float, float]:
@@ -99,17 +144,19 @@ def compile_times(backend: Any, specs: list[dict[str, Any]]) -> tuple[float, flo
 
 
 def run_mode(llm: LLM, mode: str, prompts: list[str], specs: list[dict[str, Any]], lengths: list[int],
-             max_tokens: int, timer: MaskTimer) -> dict[str, float]:
-    timer.seconds, timer.calls = 0.0, 0
+             max_tokens: int, timer: HostTimer) -> dict[str, Any]:
+    timer.reset()
     start, start_cpu = time.perf_counter(), time.process_time()
     outputs = llm.generate(prompts, params_for(mode, specs, lengths, max_tokens), use_tqdm=False)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     tokens = sum(len(out.outputs.token_ids) for out in outputs)
+    mask_s = timer.seconds["mask"]
     return {"elapsed_s": elapsed, "cpu_s": cpu, "output_tokens": tokens, "tokens_per_s": tokens / elapsed,
-            "mask_ms_per_step": 1e3 * timer.seconds / max(timer.calls, 1), "mask_share": timer.seconds / elapsed}
+            "mask_ms_per_step": 1e3 * mask_s / max(timer.calls["mask"], 1), "mask_share": mask_s / elapsed,
+            "steps": timer.calls["step"], "host_ms_per_step": timer.per_step()}
 
 
-def print_table(best: dict[str, dict[str, float]]) -> None:
+def print_table(best: dict[str, dict[str, Any]]) -> None:
     """One row per mode; overheads are relative to the unguided run."""
     base = best["unguided"]
     print(f"{'mode':<10}{'tokens':>8}{'wall s':>9}{'tok/s':>9}{'overhead':>10}{'cpu s':>9}{'cpu overhead':>14}"
@@ -121,6 +168,20 @@ def print_table(best: dict[str, dict[str, float]]) -> None:
         print(f"{mode:<10}{row['output_tokens']:>8}{row['elapsed_s']:>9.2f}{row['tokens_per_s']:>9.1f}"
               f"{row['overhead_pct']:>9.1f}%{row['cpu_s']:>9.2f}{row['cpu_overhead_pct']:>13.1f}%"
               f"{row['mask_ms_per_step']:>14.3f}{100 * row['mask_share']:>11.1f}%")
+
+
+def print_breakdown(best: dict[str, dict[str, Any]]) -> None:
+    """Host milliseconds per engine step; the last column is the step's growth over unguided."""
+    parts = (*BREAKDOWN, "rest")
+    print(f"\nms per engine step{'steps':>7}" + "".join(f"{part:>12}" for part in parts) + f"{'added':>10}")
+    base = best["unguided"]["host_ms_per_step"]["step"]
+    for mode in MODES:
+        ms = best[mode]["host_ms_per_step"]
+        print(f"{mode:<18}{best[mode]['steps']:>7}" + "".join(f"{ms[part]:>12.3f}" for part in parts)
+              + f"{ms['step'] - base:>10.3f}")
+    print("fill: xgrammar's mask fill on any thread; fill wait: the main thread blocked on a fill running "
+          "ahead;\nmask: the main thread's masking call (fill wait, late fills, upload, apply); "
+          "rest = step - device wait - mask - accept")
 
 
 def tokenizer_dir(path: str) -> str:
@@ -166,6 +227,8 @@ def main() -> None:
     parser.add_argument("--attention-backend", default=None, help="default: the platform's")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--num-gpu-blocks", type=int, default=None, help="KV blocks (default: profiled)")
+    parser.add_argument("--fill-threads", type=int, default=None,
+                        help="xgrammar mask-fill threads (default: the backend's, half the cores, at most 8)")
     parser.add_argument("--output-json", default="benchmarks/results/structured_output.json")
     args = parser.parse_args()
 
@@ -174,12 +237,13 @@ def main() -> None:
     backend = llm.engine.structured_output
     prompts, specs = prompts_and_specs(args.num_prompts)
     cold_ms, cached_ms = compile_times(backend, specs)
-    timer = MaskTimer(backend.apply_bitmask)
-    backend.apply_bitmask = timer
+    threads = args.fill_threads or fill_threads()
+    backend.bitmask.filler = xgr.BatchGrammarMatcher(threads)
+    timer = time_host(llm)
 
     guided = llm.generate(prompts, params_for("guided", specs, [0] * len(specs), args.max_tokens), use_tqdm=False)
     lengths = [len(out.outputs.token_ids) for out in guided]
-    best: dict[str, dict[str, float]] = {}
+    best: dict[str, dict[str, Any]] = {}
     for _ in range(args.repeats):
         for mode in MODES:
             row = run_mode(llm, mode, prompts, specs, lengths, args.max_tokens, timer)
@@ -188,13 +252,15 @@ def main() -> None:
 
     device = llm.engine.platform.device.type
     print(f"\nstructured outputs on {device}, {model} (async scheduling {llm.engine.overlap}): "
-          f"{args.num_prompts} prompts, {sum(lengths)} output tokens, "
+          f"{args.num_prompts} prompts, {sum(lengths)} output tokens, {threads} fill threads, "
           f"best of {args.repeats}; compile {cold_ms:.1f} ms cold, {cached_ms:.3f} ms cached (mean per spec)")
     print_table(best)
+    print_breakdown(best)
     if args.output_json:
         os.makedirs(os.path.dirname(args.output_json) or ".", exist_ok=True)
         with open(args.output_json, "w") as f:
-            json.dump({"device": device, "model": model, "async_scheduling": llm.engine.overlap, "num_prompts": args.num_prompts, "lengths": lengths,
+            json.dump({"device": device, "model": model, "async_scheduling": llm.engine.overlap,
+                       "num_prompts": args.num_prompts, "fill_threads": threads, "lengths": lengths,
                        "compile_ms_cold": cold_ms, "compile_ms_cached": cached_ms, "modes": best}, f, indent=2)
         print(f"results: {args.output_json}")
 

@@ -25,6 +25,7 @@ class SequenceResult:
     num_accepted_drafts: int = 0
     prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
     prompt_logprobs_start: int = 0  # the prompt position of the first entry
+    grammar_terminated: bool = False  # its grammar ended with this token (set when the engine reads it)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""What a structured-output plugin provides: compiled grammars, per-sample matchers, and one
-batched logits mask per step.
+"""What a structured-output plugin provides: compiled grammars, per-sample matchers, one batched
+token accept and one batched logits mask per step.
 
 The engine builds the backend once, as ``factory(tokenizer, vocab_size)``; ``vocab_size`` is
 the model's logits width, which may exceed the tokenizer's size (padded embeddings).
@@ -16,22 +16,13 @@ from fastllm.sampling_params import GuidedDecodingParams
 CompiledGrammar = Any
 """Opaque to the core: whatever ``compile`` returns is handed back to ``new_matcher``."""
 
-
-class GrammarMatcher(Protocol):
-    """One sample's position in its grammar; it lives in ``Sequence.structured_state``."""
-
-    def accept_token(self, token_id: int) -> bool:
-        """Advance past the sampled token; False if the grammar rejects it (state unchanged)."""
-        ...
-
-    def is_terminated(self) -> bool:
-        """True once the grammar is complete and its stop token was accepted: the engine then
-        finishes the sequence with reason "stop"."""
-        ...
+GrammarMatcher = Any
+"""One sample's position in its grammar; it lives in ``Sequence.structured_state``. Opaque to
+the core too: only the backend reads or advances it, so it can batch both."""
 
 
 class StructuredOutputBackend(Protocol):
-    """Compiles guided-decoding specs and masks the logits of guided rows."""
+    """Compiles guided-decoding specs, advances matchers and masks the logits of guided rows."""
 
     def compile(self, spec: GuidedDecodingParams) -> CompiledGrammar:
         """Called once per request, before anything is queued; raises ValueError (the
@@ -40,6 +31,18 @@ class StructuredOutputBackend(Protocol):
 
     def new_matcher(self, compiled: CompiledGrammar) -> GrammarMatcher:
         """A fresh matcher at the grammar's start, one per sample of the request."""
+        ...
+
+    def accept_tokens(self, matchers: Sequence[GrammarMatcher], token_ids: Sequence[int]) -> list[bool]:
+        """Advance each matcher past its sampled token (a token the grammar rejects leaves it
+        as it was); return, per matcher, whether its grammar is now terminated (complete and
+        its stop token accepted): the engine finishes those sequences with reason "stop".
+
+        Called once per read step with every guided sequence's new token (guided sequences
+        get no drafts, so one token each), before the host detokenizes that step: a backend
+        may start filling the next masks of the matchers that go on here, on another thread,
+        as long as ``apply_bitmask`` then waits for them.
+        """
         ...
 
     def apply_bitmask(self, logits: torch.Tensor, matchers: Sequence[Optional[GrammarMatcher]]) -> None:
