@@ -3,7 +3,7 @@
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
-#   (engine, features, quant, serve, stash, smollm2, gputests, structured8b, equality)
+#   (engine, features, quant, quantsweep, serve, stash, smollm2, gputests, structured8b, equality)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -102,10 +102,14 @@ equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32
   done
   ;;
 quant)
-  TAIL=5 step quant_tests 100 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/quant
-  step quant_gemm 90 $PY benchmarks/quant_gemm.py --out "$OUT/quant_gemm.json"
+  # Triton compiles every parametrised variant afresh on a new machine: about a minute of each box
+  TAIL=5 step quant_tests 200 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/quant
+  step quant_gemm 150 $PY benchmarks/quant_gemm.py --out "$OUT/quant_gemm.json"
   step quant 150 $PY benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
     --num-prompts 256 --out "$OUT/quant_decode.json"
+  ;;
+quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
+  step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"
   ;;
 esac
 done

@@ -14,8 +14,9 @@ MAX_FUSED_M = 64
 
 
 def fused(x: torch.Tensor) -> bool:
-    """Whether ``x [M, K]`` goes through the fused dequantize-GEMM kernel (else dequantize + matmul)."""
-    return x.is_cuda and x.shape[0] <= MAX_FUSED_M
+    """Whether ``x [M, K]`` goes through the fused dequantize-GEMM kernel (else dequantize + matmul):
+    decode-sized batches on the GPU, K whole 32-bit words of codes."""
+    return x.is_cuda and x.shape[0] <= MAX_FUSED_M and x.shape[1] % 8 == 0
 
 
 def block_m(m: int) -> int:

@@ -6,9 +6,10 @@ Packing (``pack_int4``): ``qweight [N, K/2]`` uint8, byte ``j`` of a row holds i
 * int4 (affine, group-wise): ``W[n, k] = (q - zeros[n, g]) * scales[n, g]``, ``g = k // group``.
 * nf4 (codebook, block-wise absmax): ``W[n, k] = NF4[q] * absmax[n, g]``.
 
-Both run on ``weight_gemm``'s kernels: codes unpacked in registers, the NF4 value gathered
-from the 16-entry code book held in registers (on an H100 2x faster than a tree of selects
-and 6x faster than a lookup in memory), the scale applied per group to partial sums.
+Both run on ``weight_gemm``'s kernels: codes unpacked in registers (int4 into floats by magic
+numbers, no int-to-float conversion), the NF4 value gathered from the 16-entry code book held
+in registers (one warp shuffle a weight in the one-warp GEMV), the scale applied per group to
+partial sums.
 """
 
 from __future__ import annotations

@@ -13,8 +13,11 @@ Formats (constexpr flags), weights ``q`` rows-first ``[N, K / codes per byte]``:
 * int4: two codes a byte (``pack_int4``), ``(q - zero) * scale`` per group of K.
 * nf4: two codes a byte, ``NF4[q] * absmax`` per block of K.
 
-Two loops share the dequantize step: ``_gemv_kernel`` (one row of x, CUDA-core FMAs, wide
-row-contiguous loads) and ``_gemm_kernel`` (2..64 rows, tensor cores, x padded to 16 rows).
+``_gemv_kernel`` (one row of x) is the decode kernel: one-warp programs read ``q`` as 32-bit
+words and turn codes into floats with magic numbers (``dequant``), no integer-to-float
+conversion, each code paired with its strided column of x, FMAs on the CUDA cores.
+``_gemm_kernel`` (2..64 rows) reads bytes through shared memory into the tensor cores' operand
+layout and makes the codes x's dtype there (magic numbers in 16 bits, no I2F either).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.quant.common import block_m, dot_precision
+from fastllm_kernels.quant.dequant import MAGIC, code_value, columns, nf4_value, small_code_value
 
 
 @dataclass(frozen=True)
@@ -38,25 +42,6 @@ class WeightFormat:
     nf4: bool = False
     has_zero: bool = False
     group: int = 0
-
-
-@triton.jit
-def _code_values(packed, codebook, FOUR_BIT: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
-                 ROWS: tl.constexpr, COLS: tl.constexpr, dtype: tl.constexpr):
-    """A packed tile -> ``[ROWS, COLS]`` exact small values: the code (int8, fp8, int4 0..15) or the
-    NF4 value from the 16-entry code book held in registers. Scales and zeros come later.
-    e4m3 arrives as bytes, so masked lanes read 0 (a NaN-free zero) and the cast is a bitcast."""
-    if FP8:
-        values = packed.to(tl.float8e4nv, bitcast=True).to(dtype)
-    elif FOUR_BIT:
-        codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, COLS)
-        if NF4:
-            values = tl.gather(codebook, codes.reshape(ROWS * COLS).to(tl.int32), 0).reshape(ROWS, COLS).to(dtype)
-        else:
-            values = codes.to(dtype)
-    else:
-        values = packed.to(dtype)
-    return values  # one return: the compiler types every return statement, live or not
 
 
 @triton.jit
@@ -81,53 +66,94 @@ def _write_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, til
 
 
 @triton.jit
+def _gemv_units(q_rows, k0, K, CODES: tl.constexpr, EVEN_K: tl.constexpr):
+    """``[BLOCK_N, LANES * UNITS]`` units of the slice at ``k0`` (zeros past K)."""
+    if EVEN_K:
+        units = tl.load(q_rows + k0 // CODES)
+    else:
+        in_k = k0 // CODES + tl.arange(0, q_rows.shape[1]) < K // CODES
+        units = tl.load(q_rows + k0 // CODES, mask=in_k[None, :], other=0)
+    return units
+
+
+@triton.jit
 def _gemv_kernel(
-    x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, N, K, stride_qn, stride_sn,
-    ITERS: tl.constexpr, GROUP: tl.constexpr, FOUR_BIT: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
+    x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, N, K, stride_qn, stride_sn, magic,
+    ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SUB: tl.constexpr, EVEN_K: tl.constexpr,
+    UNITS: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``.
-    8-bit products accumulate element-wise and are summed once at the end; 4-bit ones are summed
-    per scale group (``SUB`` inputs, one scale) each slice, the zero point as ``z * sum(x)``."""
+    """``x [1, K]``: a program (one warp) owns ``BLOCK_N`` rows of W and ``ITERS`` slices of
+    ``BLOCK_K`` inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one
+    16-byte load a row) and the x they pair with as 16-byte runs, one ``[LANES, 8]`` load a run.
+    Both tiles have one contiguous dim and one other, so any Triton lays them out the same way
+    (lanes along the lane dim, the rest in registers): no shuffles, no shared memory. Code ``p``
+    of unit ``u`` meets x column ``u * CODES + p`` of the lane's runs. Each lane and row sums its
+    products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a group) are
+    scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    PACK: tl.constexpr = 2 if FOUR_BIT else 1
-    SUBS: tl.constexpr = BLOCK_K // SUB
+    CODES: tl.constexpr = 1 if FP8 else 32 // BITS
+    LANE_K: tl.constexpr = UNITS * CODES  # inputs of one lane and row per slice
+    LANES: tl.constexpr = BLOCK_K // LANE_K
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_in = cols < N
-    ks = tl.arange(0, BLOCK_K)
-    kb = tl.arange(0, BLOCK_K // PACK)
-    q_rows = q_ptr + cols[:, None].to(tl.int64) * stride_qn
+    rows = tl.minimum(cols, N - 1).to(tl.int64)  # rows past N read row N - 1: loads need no mask
+    lane = tl.arange(0, LANES)
+    q_rows = q_ptr + rows[:, None] * stride_qn + tl.arange(0, LANES * UNITS)[None, :]
+    x_run = lane[:, None] * LANE_K + tl.arange(0, 8)[None, :]
     if NF4:
-        codebook = tl.load(code_ptr + tl.arange(0, 16))
-    else:
-        codebook = None
-    acc = tl.zeros((BLOCK_N, SUBS if FOUR_BIT else BLOCK_K), dtype=tl.float32)
+        book = tl.load(code_ptr + tl.arange(0, 16))
+    acc = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
+    if PREFETCH:
+        units = _gemv_units(q_rows, pid_k * ITERS * BLOCK_K, K, CODES, EVEN_K)
     for i in range(ITERS):
         k0 = (pid_k * ITERS + i) * BLOCK_K
-        if EVEN_K:
-            x = tl.load(x_ptr + k0 + ks).to(tl.float32)
-            packed = tl.load(q_rows + k0 // PACK + kb[None, :], mask=col_in[:, None], other=0)
+        if PREFETCH:  # the next slice's loads go out before this slice's math (the last reloads itself)
+            ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K
+            next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K)
         else:
-            x = tl.load(x_ptr + k0 + ks, mask=k0 + ks < K, other=0.0).to(tl.float32)
-            packed = tl.load(q_rows + k0 // PACK + kb[None, :],
-                             mask=col_in[:, None] & (k0 // PACK + kb < K // PACK)[None, :], other=0)
-        w = _code_values(packed, codebook, FOUR_BIT, FP8, NF4, BLOCK_N, BLOCK_K, tl.float32)
-        if FOUR_BIT:
-            part = tl.sum(tl.reshape(w * x[None, :], (BLOCK_N, SUBS, SUB)), axis=2)
-            sub_k = k0 + tl.arange(0, SUBS) * SUB
-            meta = cols[:, None].to(tl.int64) * stride_sn + (sub_k // GROUP)[None, :]
-            meta_mask = col_in[:, None] & (sub_k < K)[None, :]
+            units = _gemv_units(q_rows, k0, K, CODES, EVEN_K)
+        units = tl.reshape(units, (BLOCK_N, LANES, UNITS))
+        if FP8:
+            by_unit = columns(units.to(tl.float8e4nv, bitcast=True).to(tl.float32), UNITS)
+        elif BITS == 8:
+            by_unit = columns(units.to(tl.uint32, bitcast=True) ^ 0x80808080, UNITS)
+        else:
+            by_unit = columns(units.to(tl.uint32, bitcast=True), UNITS)
+        if BITS == 4:
+            part = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
+        else:
+            part = acc  # 8-bit: one chain over the whole K range, scaled at the end
+        x_sum = tl.zeros((LANES,), dtype=tl.float32)
+        for run in tl.static_range(LANE_K // 8):
+            if EVEN_K:
+                x = tl.load(x_ptr + k0 + run * 8 + x_run)
+            else:
+                x = tl.load(x_ptr + k0 + run * 8 + x_run, mask=k0 + run * 8 + x_run < K, other=0.0)
+            xs = columns(x.to(tl.float32), 8)
+            for e in tl.static_range(8):
+                if FP8:
+                    value = by_unit[run * 8 + e]
+                elif NF4:
+                    value = nf4_value(book, by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES)
+                else:
+                    value = code_value(by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES, BITS, magic)
+                part += value * xs[e][None, :]
+                if HAS_ZERO:
+                    x_sum += xs[e]
+        if BITS == 4:
+            group = tl.minimum(k0 + lane * LANE_K, K - 1) // GROUP  # lanes past K read x = 0
+            meta = rows[:, None] * stride_sn + group[None, :]
             if HAS_ZERO:
-                zero = tl.load(z_ptr + meta, mask=meta_mask, other=0.0).to(tl.float32)
-                part -= zero * tl.sum(tl.reshape(x, (SUBS, SUB)), axis=1)[None, :]
-            acc += part * tl.load(s_ptr + meta, mask=meta_mask, other=0.0).to(tl.float32)
+                part -= tl.load(z_ptr + meta).to(tl.float32) * x_sum[None, :]
+            acc += part * tl.load(s_ptr + meta).to(tl.float32)
         else:
-            acc += w * x[None, :]
+            acc = part
+        if PREFETCH:
+            units = next_units
     out = tl.sum(acc, axis=1)
-    if not FOUR_BIT:
-        out *= tl.load(s_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+    if BITS == 8:
+        out *= tl.load(s_ptr + rows).to(tl.float32)
     _write_output(out[None, :], tl.arange(0, 1), cols, 1, N, y_ptr, 0, ws_ptr, lock_ptr, pid_n, pid_k, SPLIT_K)
 
 
@@ -135,17 +161,20 @@ def _gemv_kernel(
 def _gemm_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, M, N, K,
     stride_xm, stride_qn, stride_sn, stride_ym,
-    ITERS: tl.constexpr, GROUP: tl.constexpr, FOUR_BIT: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
+    ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """``x [M, K]``, M > 1: tiles of small exact weight values in x's dtype go through the tensor
     cores; a 4-bit slice (``BLOCK_K`` divides the group) has one scale per column, applied to
-    the slice's partial product."""
+    the slice's partial product. Bytes, not words: a byte's two codes are adjacent in K, so
+    Triton loads the packed tile from shared memory straight into the dot-operand layout and
+    every step after the load runs there, in registers (SASS: no second trip through shared
+    memory, which 8 codes a word would force)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
-    PACK: tl.constexpr = 2 if FOUR_BIT else 1
+    PACK: tl.constexpr = 2 if BITS == 4 else 1
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_in = cols < N
@@ -155,9 +184,7 @@ def _gemm_kernel(
     q_rows = q_ptr + cols[:, None].to(tl.int64) * stride_qn
     meta_rows = cols.to(tl.int64) * stride_sn
     if NF4:
-        codebook = tl.load(code_ptr + tl.arange(0, 16))
-    else:
-        codebook = None
+        book = tl.load(code_ptr + tl.arange(0, 16))
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for i in range(ITERS):
         k0 = (pid_k * ITERS + i) * BLOCK_K
@@ -168,8 +195,18 @@ def _gemm_kernel(
             x = tl.load(x_rows + k0 + ks[None, :], mask=(rows[:, None] < M) & (k0 + ks < K)[None, :], other=0.0)
             packed = tl.load(q_rows + k0 // PACK + kb[None, :],
                              mask=col_in[:, None] & (k0 // PACK + kb < K // PACK)[None, :], other=0)
-        w = _code_values(packed, codebook, FOUR_BIT, FP8, NF4, BLOCK_N, BLOCK_K, x.dtype)
-        if FOUR_BIT:
+        if FP8:
+            w = packed.to(tl.float8e4nv, bitcast=True).to(x.dtype)
+        elif BITS == 8:
+            w = packed.to(x.dtype)  # Triton widens int8 with byte permutes and a magic number, no I2F
+        else:
+            codes = tl.reshape(tl.join(packed & 0xF, packed >> 4), (BLOCK_N, BLOCK_K))
+            if NF4:
+                w = tl.reshape(tl.gather(book, tl.reshape(codes, (BLOCK_N * BLOCK_K,)).to(tl.int32), 0),
+                               (BLOCK_N, BLOCK_K)).to(x.dtype)
+            else:
+                w = small_code_value(codes, x.dtype)
+        if BITS == 4:
             group = tl.minimum(k0, K - 1) // GROUP  # a slice past K (uneven splits) reads x = 0
             if HAS_ZERO:
                 w -= tl.load(z_ptr + meta_rows + group, mask=col_in, other=0.0).to(x.dtype)[:, None]
@@ -177,7 +214,7 @@ def _gemm_kernel(
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION) * scale[None, :]
         else:
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-    if not FOUR_BIT:
+    if BITS == 8:
         acc *= tl.load(s_ptr + cols, mask=col_in, other=0.0).to(tl.float32)[None, :]
     tile = pid_m * tl.num_programs(0) + pid_n
     _write_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k, SPLIT_K)
@@ -186,12 +223,14 @@ def _gemm_kernel(
 # ---- launch -----------------------------------------------------------------------------------
 WORKSPACE_FLOATS = 1 << 22  # fp32 partial sums of one launch: split_k * M * N at most
 TILE_COUNTERS = 1 << 16
-PROGRAMS_PER_SM = 4  # enough loads in flight to cover HBM latency on an H100
+PROGRAMS_PER_SM = {1: 12, 4: 4}  # by num_warps: resident programs that keep enough loads in flight
 
 
 @dataclass(frozen=True)
 class Tiling:
-    """Launch settings of one call; ``split_k`` None: enough programs for ``PROGRAMS_PER_SM``."""
+    """Launch settings of one call; ``split_k`` None: enough programs for ``PROGRAMS_PER_SM``.
+    ``num_stages`` pipelines the tensor-core kernel's loads through shared memory; in the one-row
+    kernel, above 1, each slice's loads go out before the previous slice's math (in registers)."""
 
     block_n: int
     block_k: int
@@ -201,11 +240,20 @@ class Tiling:
 
 
 def default_tiling(m: int, fmt: WeightFormat) -> Tiling:
-    """One row: thin row tiles, 16-byte loads 512 bytes (8-bit) or 256 bytes (4-bit) along each
-    weight row. More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
+    """One row: one-warp programs of 8 rows, 16 bytes of every row a lane and slice, the next
+    slice loaded ahead (not e4m3: bytes carried across iterations get unpacked and repacked).
+    More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
     if m == 1:
-        return Tiling(16, 512) if fmt.four_bit else Tiling(8, 512)
+        return Tiling(8, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=1 if fmt.fp8 else 2)
     return Tiling(32, min(fmt.group, 128) if fmt.four_bit else 128, num_stages=4)
+
+
+def lane_units(fmt: WeightFormat) -> int:
+    """Units (32-bit words, or e4m3 bytes) a GEMV lane reads per row and slice: 16 bytes, or one
+    4-bit group of 16 codes (a lane's sum has one scale)."""
+    if fmt.fp8:
+        return 16
+    return min(4, fmt.group // 8) if fmt.four_bit else 4
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,16 +268,59 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-def split_k_for(tiles: int, iters: int, m: int, n: int, device: torch.device) -> int:
-    """Splits of K that bring ``tiles`` programs up to ``PROGRAMS_PER_SM`` per SM."""
-    split = min(triton.cdiv(PROGRAMS_PER_SM * _num_sms(device), tiles), iters, WORKSPACE_FLOATS // (m * n))
-    return max(split, 1)
+def split_k_for(tiles: int, iters: int, m: int, n: int, num_warps: int, device: torch.device) -> int:
+    """Splits of K that bring ``tiles`` programs up to ``PROGRAMS_PER_SM`` per SM (one-warp GEMV
+    programs hold 70-130 registers a thread: 16 or more fit an SM)."""
+    programs = PROGRAMS_PER_SM.get(num_warps, 4) * _num_sms(device)
+    return max(min(triton.cdiv(programs, tiles), iters, WORKSPACE_FLOATS // (m * n)), 1)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One call's kernel, grid and compile-time arguments: what ``weight_gemm`` runs and what an
+    offline compile (``benchmarks/quant_gemm_sass.py``) inspects."""
+
+    kernel: triton.runtime.JITFunction
+    grid: tuple[int, ...]
+    constexprs: dict[str, int | bool | str]
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dtype: torch.dtype,
+         device: torch.device) -> Launch:
+    """Slice sizes, K splits and grid of ``[m, k] x [n, k]^T`` in ``fmt`` (cached: a decode step
+    asks for the same few shapes over and over)."""
+    tiling = tiling or default_tiling(m, fmt)
+    if m == 1:
+        lane_k = lane_units(fmt) * (1 if fmt.fp8 else 8 if fmt.four_bit else 4)
+        block_k = max(lane_k, min(tiling.block_k, triton.next_power_of_2(k)))
+    else:
+        block_k = min(tiling.block_k, max(32, triton.next_power_of_2(k)))
+        if fmt.four_bit:
+            block_k = min(block_k, fmt.group)  # one scale per column and slice
+    bm = 1 if m == 1 else block_m(m)
+    n_tiles, m_tiles, iters = triton.cdiv(n, tiling.block_n), triton.cdiv(m, bm), triton.cdiv(k, block_k)
+    split = tiling.split_k or split_k_for(n_tiles * m_tiles, iters, m, n, tiling.num_warps, device)
+    if split * m * n > WORKSPACE_FLOATS or n_tiles * m_tiles > TILE_COUNTERS:
+        split = 1
+    per_split = triton.cdiv(iters, split)
+    split = triton.cdiv(iters, per_split)  # no split left without a slice
+    constexprs = dict(GROUP=max(fmt.group, 1), BITS=4 if fmt.four_bit else 8, FP8=fmt.fp8, NF4=fmt.nf4,
+                      HAS_ZERO=fmt.has_zero, SPLIT_K=split, BLOCK_N=tiling.block_n, BLOCK_K=block_k,
+                      EVEN_K=k % block_k == 0 and iters % split == 0, ITERS=per_split,
+                      num_warps=tiling.num_warps, num_stages=tiling.num_stages)
+    if m == 1:
+        prefetch = tiling.num_stages > 1 and per_split > 1
+        return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch))
+    return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
+                  dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))
 
 
 def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
                 codebook: torch.Tensor | None, fmt: WeightFormat, tiling: Tiling | None = None) -> torch.Tensor:
     """``x [M, K]`` (fp16/bf16/fp32) -> ``[M, N]`` in x's dtype. ``qweight [N, K / codes per byte]``
-    with contiguous rows; ``scales`` ``[N]`` (8-bit) or ``[N, K / group]`` (4-bit), as ``zeros``."""
+    with contiguous rows, K a multiple of 8 (4-bit) or 4 (int8: whole 32-bit words); ``scales``
+    ``[N]`` (8-bit) or ``[N, K / group]`` (4-bit), as ``zeros``."""
     m, k = x.shape
     n = qweight.shape[0]
     pack = 2 if fmt.four_bit else 1
@@ -237,19 +328,10 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
         raise ValueError(f"x has {k} features; qweight {tuple(qweight.shape)} holds {pack} code(s) a byte")
     if fmt.four_bit and (k % fmt.group or fmt.group < 16 or fmt.group & (fmt.group - 1)):
         raise ValueError(f"group {fmt.group} must be a power of two from 16 dividing {k} input features")
+    if not fmt.fp8 and k % (8 if fmt.four_bit else 4):
+        raise ValueError(f"{k} input features do not fill whole 32-bit words")
     x = x.contiguous()
-    tiling = tiling or default_tiling(m, fmt)
-    block_k = min(tiling.block_k, max(32, triton.next_power_of_2(k)))
-    if m > 1 and fmt.four_bit:
-        block_k = min(block_k, fmt.group)  # one scale per column and slice
-    bm = 1 if m == 1 else block_m(m)
-    n_tiles, m_tiles, iters = triton.cdiv(n, tiling.block_n), triton.cdiv(m, bm), triton.cdiv(k, block_k)
-    split = tiling.split_k or split_k_for(n_tiles * m_tiles, iters, m, n, x.device)
-    if split * m * n > WORKSPACE_FLOATS or n_tiles * m_tiles > TILE_COUNTERS:
-        split = 1
-    per_split = triton.cdiv(iters, split)
-    split = triton.cdiv(iters, per_split)  # no split left without a slice
-    even_k = k % block_k == 0 and iters % split == 0
+    launch = plan(m, n, k, fmt, tiling, x.dtype, x.device)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     workspace, counters = _scratch(x.device)
     zeros = scales if zeros is None else zeros
@@ -257,16 +339,11 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
     meta_stride = scales.stride(0) if fmt.four_bit else 1
     if fmt.fp8:
         qweight = qweight.view(torch.uint8)
-    common = dict(GROUP=max(fmt.group, 1), FOUR_BIT=fmt.four_bit, FP8=fmt.fp8, NF4=fmt.nf4, HAS_ZERO=fmt.has_zero,
-                  SPLIT_K=split, BLOCK_N=tiling.block_n, BLOCK_K=block_k, EVEN_K=even_k, ITERS=per_split,
-                  num_warps=tiling.num_warps, num_stages=tiling.num_stages)
     if m == 1:
-        _gemv_kernel[(n_tiles, split)](
-            x, qweight, scales, zeros, codebook, y, workspace, counters, n, k, qweight.stride(0), meta_stride,
-            SUB=min(max(fmt.group, 1), block_k) if fmt.four_bit else block_k, **common)
+        words = qweight if fmt.fp8 else qweight.view(torch.int32)  # the GEMV reads 32-bit words
+        launch.kernel[launch.grid](x, words, scales, zeros, codebook, y, workspace, counters, n, k,
+                                   words.stride(0), meta_stride, MAGIC, **launch.constexprs)
     else:
-        _gemm_kernel[(n_tiles, split, m_tiles)](
-            x, qweight, scales, zeros, codebook, y, workspace, counters, m, n, k,
-            x.stride(0), qweight.stride(0), meta_stride, y.stride(0), BLOCK_M=bm,
-            PRECISION=dot_precision(x.dtype), **common)
+        launch.kernel[launch.grid](x, qweight, scales, zeros, codebook, y, workspace, counters, m, n, k,
+                                   x.stride(0), qweight.stride(0), meta_stride, y.stride(0), **launch.constexprs)
     return y

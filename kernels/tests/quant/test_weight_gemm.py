@@ -1,8 +1,9 @@
 """``weight_gemm``'s split-K kernels, every format, against float64 dequantize-then-matmul.
 
 Covers both loops (one row: FMA GEMV; 3 and 16 rows: tensor cores), K cut into several splits
-(partials in the workspace, the last split adds them), ragged N, K not a multiple of the slice
-(8-bit formats), a NaN-poisoned workspace, and the arrival counters back at zero afterwards.
+(partials in the workspace, the last split adds them), ragged N, K not a multiple of the slice,
+4-bit groups of 16 (two words a GEMV lane) to 128, a NaN-poisoned workspace, and the arrival
+counters back at zero afterwards.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def tiling(m: int, split: int | None, four_bit: bool) -> Tiling | None:
-    """Small slices, so that a few hundred inputs still make several K iterations to split."""
+    """Small slices, so that a few hundred inputs still make several K iterations to split (one
+    row: one-warp programs loading a slice ahead, as by default)."""
     if split is None:
         return None
-    return Tiling(16 if m == 1 else 32, 64 if four_bit else 128, split_k=split)
+    if m == 1:
+        return Tiling(16, 64, num_warps=1, num_stages=2, split_k=split)
+    return Tiling(32, 64 if four_bit else 128, split_k=split)
 
 
 def run_poisoned(fn, *args) -> torch.Tensor:
@@ -66,7 +70,7 @@ def test_eight_bit(m, split, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("m", ROWS)
-@pytest.mark.parametrize("group", [32, 128])
+@pytest.mark.parametrize("group", [16, 32, 64, 128])
 def test_four_bit(group, m, split, dtype):
     n, k = 29, 384
     gen = torch.Generator().manual_seed(group + m * 10 + (split or 0))
@@ -93,6 +97,14 @@ def test_group_wider_than_slice():
     ref = x.double() @ dequantize_int4(qweight, scales.double(), zeros.double(), k, torch.float64).T
     out = int4_gemm(x, qweight, scales, zeros, k, Tiling(16, 64, split_k=2))
     assert relative_error(out, ref) < TOLERANCE[torch.float32]
+
+
+def test_whole_words_only():
+    """The kernels read 32-bit words: K must fill them (the ``*_linear`` wrappers fall back)."""
+    x = torch.randn(1, 18, device=DEVICE)
+    q8 = torch.zeros(4, 18, dtype=torch.int8, device=DEVICE)
+    with pytest.raises(ValueError, match="whole 32-bit words"):
+        int8_gemm(x, q8, torch.ones(4, device=DEVICE))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
