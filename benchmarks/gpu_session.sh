@@ -77,15 +77,13 @@ serve)
   ;;
 stash)  # nothing but the copy of a GGUF part above: the next call, on the warm machine, brings the other
   ;;
-smollm2)  # the SmolLM2 runs of features, most wanted first, for a short lease
+smollm2)  # the SmolLM2 benchmarks of features, most wanted first, for a short lease (equality: its own phase)
   if [ "$SMOLLM2_FORMAT" = gguf ]; then
     step lookahead 100 $PY benchmarks/lookahead.py --model "$SMOLLM2" --dtype bfloat16 --num-prompts 4 \
       --warmup 1 --no-check-float32 --output-json "$OUT/lookahead.json"
     step structured 50 $PY benchmarks/structured_output.py --model "$SMOLLM2" --num-prompts 64 \
       --max-tokens 128 --repeats 2 --output-json "$OUT/structured_output.json"
   fi
-  step equality 80 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
-    --dtype float32 --output-json "$OUT/equality_fp32.json"
   ;;
 gputests)  # every test that runs on CUDA, no time box short of the call's
   TAIL=15 step tests 420 $PY -m pytest -q -p no:cacheprovider --durations=5 tests/attention tests/layers \
@@ -95,8 +93,8 @@ structured8b)  # an 8B-sized step over SmolLM2's vocabulary: what grammars cost 
   step structured_8b 240 $PY benchmarks/structured_output.py $COMMON --tokenizer .gguf/smollm2-tokenizer \
     --num-prompts 64 --max-tokens 128 --repeats 2 --max-model-len 1024 --output-json "$OUT/structured_output_8b.json"
   ;;
-equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32
-  for dtype in bfloat16 float32; do
+equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32 (EQUALITY_DTYPES)
+  for dtype in ${EQUALITY_DTYPES:-bfloat16 float32}; do
     step equality_$dtype 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
       --dtype $dtype --output-json "$OUT/equality_$dtype.json"
   done
