@@ -167,7 +167,7 @@ def _gemm_kernel(
 ):
     """``x [M, K]``, M > 1: tiles of small exact weight values in x's dtype go through the tensor
     cores; a 4-bit slice (``BLOCK_K`` divides the group) has one scale per column, applied to
-    the slice's partial product. Bytes, not words: a byte's two codes are adjacent in K, so
+    the slice's partial product (groups narrower than a slice: each weight). Bytes, not words: a byte's two codes are adjacent in K, so
     Triton loads the packed tile from shared memory straight into the dot-operand layout and
     every step after the load runs there, in registers (SASS: no second trip through shared
     memory, which 8 codes a word would force)."""
@@ -206,7 +206,13 @@ def _gemm_kernel(
                                (BLOCK_N, BLOCK_K)).to(x.dtype)
             else:
                 w = small_code_value(codes, x.dtype)
-        if BITS == 4:
+        if BITS == 4 and GROUP < BLOCK_K:  # several groups a slice: scale the weights themselves
+            meta = meta_rows[:, None] + (tl.minimum(k0 + ks, K - 1) // GROUP)[None, :]
+            if HAS_ZERO:
+                w -= tl.load(z_ptr + meta, mask=col_in[:, None], other=0.0).to(x.dtype)
+            scale = tl.load(s_ptr + meta, mask=col_in[:, None], other=0.0).to(tl.float32)
+            acc += tl.dot(x, tl.trans((w.to(tl.float32) * scale).to(x.dtype)), input_precision=PRECISION)
+        elif BITS == 4:
             group = tl.minimum(k0, K - 1) // GROUP  # a slice past K (uneven splits) reads x = 0
             if HAS_ZERO:
                 w -= tl.load(z_ptr + meta_rows + group, mask=col_in, other=0.0).to(x.dtype)[:, None]
@@ -223,6 +229,9 @@ def _gemm_kernel(
 # ---- launch -----------------------------------------------------------------------------------
 WORKSPACE_FLOATS = 1 << 22  # fp32 partial sums of one launch: split_k * M * N at most
 TILE_COUNTERS = 1 << 16
+MIN_DOT_K = 32
+"""The tensor-core kernel's narrowest K slice: on the H100 (Triton 3.6), 16-wide fp16 slices of
+4-bit codes made wrong products; groups of 16 are scaled in the weights (two groups a slice)."""
 PROGRAMS_PER_SM = {1: 12, 4: 4}  # by num_warps: resident programs that keep enough loads in flight
 
 
@@ -295,9 +304,10 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
         lane_k = lane_units(fmt) * (1 if fmt.fp8 else 8 if fmt.four_bit else 4)
         block_k = max(lane_k, min(tiling.block_k, triton.next_power_of_2(k)))
     else:
-        block_k = min(tiling.block_k, max(32, triton.next_power_of_2(k)))
-        if fmt.four_bit:
-            block_k = min(block_k, fmt.group)  # one scale per column and slice
+        block_k = min(tiling.block_k, max(MIN_DOT_K, triton.next_power_of_2(k)))
+        if fmt.four_bit:  # one scale per column and slice where the group allows
+            block_k = min(block_k, fmt.group)
+        block_k = max(block_k, MIN_DOT_K)
     bm = 1 if m == 1 else block_m(m)
     n_tiles, m_tiles, iters = triton.cdiv(n, tiling.block_n), triton.cdiv(m, bm), triton.cdiv(k, block_k)
     split = tiling.split_k or split_k_for(n_tiles * m_tiles, iters, m, n, tiling.num_warps, device)
