@@ -7,10 +7,8 @@ The mixed mode guides every other request, to show what a few grammars cost a ba
 Process CPU time is printed beside wall time: on a shared CPU host it is the steadier measure.
 
 A second table splits the host time of an engine step: waiting for the device (reading a
-step's tokens), xgrammar's mask fill (on whatever thread it ran: the backend starts it on a
-worker when the step's tokens are accepted), the main thread's masking call (waiting for that
-fill, uploading and applying the mask), the token accept, and the rest (scheduling, launching,
-detokenizing, outputs). On a GPU the step time is the larger of the forward pass and the host
+step's tokens), xgrammar's mask fill, the whole masking call (fill, upload and apply), the
+token accept, and the rest (scheduling, launching, detokenizing, outputs). On a GPU the step time is the larger of the forward pass and the host
 work, so a step that is nearly all host time is bound by the host.
 
     python benchmarks/structured_output.py                      # SmolLM2 on CPU
@@ -80,7 +78,7 @@ def params_for(mode: str, specs: list[dict[str, Any]], lengths: list[int], max_t
     return params
 
 
-BREAKDOWN = ("step", "device wait", "fill", "fill wait", "mask", "accept")
+BREAKDOWN = ("step", "device wait", "fill", "mask", "accept")
 
 
 class HostTimer:
@@ -121,7 +119,6 @@ def time_host(llm: LLM) -> HostTimer:
     timer.wrap(llm.engine, "step", "step")
     timer.wrap(HostCopy, "wait", "device wait")
     timer.wrap(backend.bitmask.filler, "batch_fill_next_token_bitmask", "fill")
-    timer.wrap(backend.bitmask, "wait_ahead", "fill wait")
     timer.wrap(backend, "apply_bitmask", "mask")
     timer.wrap(backend, "accept_tokens", "accept")
     return timer
@@ -179,8 +176,7 @@ def print_breakdown(best: dict[str, dict[str, Any]]) -> None:
         ms = best[mode]["host_ms_per_step"]
         print(f"{mode:<18}{best[mode]['steps']:>7}" + "".join(f"{ms[part]:>12.3f}" for part in parts)
               + f"{ms['step'] - base:>10.3f}")
-    print("fill: xgrammar's mask fill on any thread; fill wait: the main thread blocked on a fill running "
-          "ahead;\nmask: the main thread's masking call (fill wait, late fills, upload, apply); "
+    print("fill: xgrammar's mask fill; mask: the whole masking call (fill, upload, apply); "
           "rest = step - device wait - mask - accept")
 
 

@@ -116,32 +116,10 @@ def test_steady_batches_reuse_one_buffer_and_stale_rows_do_not_leak(backend):
     assert backend.bitmask.host.data_ptr() == buffer
 
 
-def test_masks_filled_ahead_at_accept_land_on_the_rows_of_the_next_batch(backend):
-    """The next batch lists the matchers in another order, beside a row that was not advanced
-    (its mask is filled at apply) and an unguided one."""
-    advanced = matchers_at(backend, ["", "a", "ab", "abc1"])
-    assert backend.accept_tokens(advanced, [VOCAB.index(t) for t in ["a", "b", "c", "2"]]) == [False] * 4
-    [fresh] = matchers_at(backend, [""])
-    matchers = [advanced[2], None, fresh, advanced[0], advanced[3], advanced[1]]
-    logits = torch.randn(len(matchers), LOGITS_WIDTH, generator=torch.Generator().manual_seed(4))
-    before = logits.clone()
-    backend.apply_bitmask(logits, matchers)
-    check_masked(before, logits, matchers)
-
-
-def test_accept_reports_termination_and_leaves_the_terminated_matcher_out_of_the_fill(backend):
+def test_accept_reports_termination_and_the_matcher_that_goes_on_masks_as_before(backend):
     done, going = matchers_at(backend, ["abc", "abc"])
     assert backend.accept_tokens([done, going], [STOP, VOCAB.index("1")]) == [True, False]
     assert done.is_terminated() and not going.is_terminated()
     logits = torch.zeros(1, LOGITS_WIDTH)
     backend.apply_bitmask(logits, [going])
     check_masked(torch.zeros(1, LOGITS_WIDTH), logits, [going])
-
-
-def test_a_fill_ahead_not_applied_is_dropped_by_the_next_accept(backend):
-    [matcher] = matchers_at(backend, [""])
-    backend.accept_tokens([matcher], [VOCAB.index("a")])
-    backend.accept_tokens([matcher], [VOCAB.index("b")])
-    logits = torch.zeros(1, LOGITS_WIDTH)
-    backend.apply_bitmask(logits, [matcher])
-    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == {VOCAB.index("c")}
