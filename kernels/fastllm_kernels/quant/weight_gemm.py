@@ -249,11 +249,13 @@ class Tiling:
 
 
 def default_tiling(m: int, fmt: WeightFormat) -> Tiling:
-    """One row: one-warp programs of 8 rows, 16 bytes of every row a lane and slice, the next
-    slice loaded ahead (not e4m3: bytes carried across iterations get unpacked and repacked).
+    """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; only int4
+    loads the next slice ahead. Both from the H100 sweep (``benchmarks/quant_gemm.py --sweep``,
+    Llama-3-8B's four layers): 4 rows beat 8 by 3-7%, loading ahead helps int4 alone.
     More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
     if m == 1:
-        return Tiling(8, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=1 if fmt.fp8 else 2)
+        ahead = fmt.four_bit and not fmt.nf4
+        return Tiling(4, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=2 if ahead else 1)
     return Tiling(32, min(fmt.group, 128) if fmt.four_bit else 128, num_stages=4)
 
 
