@@ -3,7 +3,7 @@
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
-#   (engine, features, quant, quantsweep, serve, stash, smollm2, gputests, structured8b, equality)
+#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -86,7 +86,7 @@ smollm2)  # the SmolLM2 benchmarks of features, most wanted first, for a short l
   fi
   ;;
 gputests)  # every test that runs on CUDA, no time box short of the call's
-  TAIL=15 step tests 420 $PY -m pytest -q -p no:cacheprovider --durations=5 tests/attention tests/layers \
+  TAIL=15 step tests 560 $PY -m pytest -q -p no:cacheprovider --durations=5 tests/attention tests/layers \
     tests/engine/test_cuda_graphs.py kernels/tests
   ;;
 structured8b)  # an 8B-sized step over SmolLM2's vocabulary: what grammars cost a model worth guiding
@@ -110,6 +110,11 @@ quant)
   step quant_gemm 150 $PY benchmarks/quant_gemm.py --out "$OUT/quant_gemm.json"
   step quant 150 $PY benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
     --num-prompts 256 --out "$OUT/quant_decode.json"
+  ;;
+quantdecode)  # batch-1 decode of each method, the LM head float and quantized
+  step quant 240 $PY benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
+    --num-prompts 256 --methods bf16 weight_only_int8 fp8 nf4 weight_only_int4 fp8+lm_head \
+    weight_only_int4+lm_head nf4+lm_head weight_only_int8+lm_head --out "$OUT/quant_decode.json"
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"

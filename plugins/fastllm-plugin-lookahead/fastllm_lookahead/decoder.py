@@ -69,15 +69,14 @@ class LookaheadDecoder:
 
     def wants_drafts(self, seq: Sequence) -> bool:
         """Yes while the sequence's drafts hold well enough; once backed off, only when a probe is
-        due and the tokens on the host can still end in a long enough match: its last
-        ``PROBE_MIN_MATCH - seq.num_pending_tokens`` tokens were seen before with a token after."""
+        due and the tokens on the host end in a long enough match: their last ``PROBE_MIN_MATCH``
+        were seen before with a token after. A token still pending then likely continues the
+        match (copying); checking only the tokens a match could still end in would say yes on
+        most steps of free text (any common bigram), and each yes costs the step its overlap."""
         wanted, probe = seq.spec_state.tracker.allowed()
         if not probe:
             return wanted > 0
-        known = self.probe_min_match - seq.num_pending_tokens
-        if known <= 0:
-            return True
-        context = self._context(seq, known)
+        context = self._context(seq, self.probe_min_match)
         return seq.spec_state.request.trie.continues(context) or self.pool.continues(context)
 
     def propose(self, seqs: list[Sequence], max_drafts: list[int]) -> None:

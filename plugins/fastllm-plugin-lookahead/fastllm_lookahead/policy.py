@@ -9,7 +9,7 @@ then (ever more rarely while probes fail) to notice when its text turns copyable
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Steps without drafts before the first probe; doubled after each failed probe.
 FIRST_PROBE_INTERVAL = 4
@@ -38,6 +38,11 @@ class AcceptanceTracker:
     trials: float = 1.0
     idle_steps: int = 0  # steps without drafts since the last verification, while backed off
     probe_interval: int = FIRST_PROBE_INTERVAL
+    # _chain_length() of the current estimate: asked every step, changed only by a verification
+    chain: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chain = self._chain_length()
 
     @property
     def acceptance(self) -> float:
@@ -47,22 +52,22 @@ class AcceptanceTracker:
         """Drafts worth proposing next step: as many as keep the chance that all are accepted
         above ``min_chain_prob``; when that is none, one now and then as a probe. The flag says
         whether this is a probe (see ``PROBE_MIN_MATCH``)."""
-        wanted = self._chain_length()
-        if wanted > 0:
-            return wanted, False
+        if self.chain > 0:
+            return self.chain, False
         return (1, True) if self._probe_due else (0, False)
 
     def update(self, num_proposed: int, num_accepted: int) -> None:
         """Fold in one step that yielded tokens, of which ``num_accepted`` were drafts out of
         ``num_proposed`` verified (none: a step without drafts, which brings a probe closer)."""
         if num_proposed == 0:
-            if self._chain_length() == 0:
+            if self.chain == 0:
                 self.idle_steps += 1
             return
-        was_probe = self._chain_length() == 0 and self._probe_due
+        was_probe = self.chain == 0 and self._probe_due
         failed = num_accepted < num_proposed
         self.successes = self.decay * self.successes + num_accepted
         self.trials = self.decay * self.trials + num_accepted + failed
+        self.chain = self._chain_length()
         if was_probe:
             self.probe_interval = (min(2 * self.probe_interval, self.max_probe_interval) if failed
                                    else FIRST_PROBE_INTERVAL)

@@ -107,12 +107,14 @@ def test_asking_whether_drafts_are_wanted_changes_nothing_and_tells_the_truth():
     assert decoder.wants_drafts(seq) and propose(decoder, seq) == [[53]]  # [50, 51, 52]: the probe
 
 
-def test_with_a_token_pending_a_due_probe_is_wanted_where_the_known_tokens_can_still_match():
+def test_with_a_token_pending_a_due_probe_is_wanted_where_the_known_tokens_already_match():
+    """A yes costs the step's overlap, so a probe waits for the tokens on the host to end in a
+    long enough match (the pending token then likely continues it), not merely a possible one."""
     decoder = LookaheadDecoder({"method": "lookahead", "num_speculative_tokens": 3})
     seq = new_seq(decoder, "a", [50, 51, 52, 53, 54, 55, 56, 57])
     seq.spec_state.tracker = AcceptanceTracker(3, 0.3, successes=0.0, idle_steps=10)  # backed off, probe due
     seq.num_pending_tokens = 1
-    seq.output_token_ids = [60, 50, 51]  # [50, 51, pending] may be [50, 51, 52]
+    seq.output_token_ids = [50, 51, 52]  # copying: [51, 52, pending] likely is [51, 52, 53]
     assert decoder.wants_drafts(seq)
-    seq.output_token_ids = [60, 51, 99]  # nothing ever followed [51, 99]
+    seq.output_token_ids = [60, 50, 51]  # [50, 51, pending] only may match: wait for the token
     assert not decoder.wants_drafts(seq)
