@@ -90,8 +90,9 @@ gputests)  # every test that runs on CUDA, no time box short of the call's
     tests/engine/test_cuda_graphs.py kernels/tests
   ;;
 structured8b)  # an 8B-sized step over SmolLM2's vocabulary: what grammars cost a model worth guiding
-  step structured_8b 240 $PY benchmarks/structured_output.py $COMMON --tokenizer .gguf/smollm2-tokenizer \
-    --num-prompts 64 --max-tokens 128 --repeats 2 --max-model-len 1024 --output-json "$OUT/structured_output_8b.json"
+  TAIL=45 step structured_8b 300 $PY benchmarks/structured_output.py $COMMON --tokenizer .gguf/smollm2-tokenizer \
+    --num-prompts 64 --max-tokens 128 --repeats 2 --max-model-len 1024 --profile \
+    --output-json "$OUT/structured_output_8b.json"
   ;;
 equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32 (EQUALITY_DTYPES),
   # batched, then bf16 on passages of a book and one sequence at a time (same matmul shapes in both)

@@ -2,7 +2,8 @@
 
     python benchmarks/quant_decode.py --model llama-3-8b --load-format dummy --out quant_decode.json
 
-Each method gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens``
+A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``). Each method
+gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens``
 generated tokens after the first, the offline run (``--throughput-methods``, default bf16 vs
 fp8) over ``--num-prompts`` random prompts. Prints a table and writes the numbers as JSON.
 """
@@ -21,12 +22,15 @@ from fastllm.entrypoints.cli.quantize import engine_model
 from fastllm.quantization import weight_bytes
 
 METHODS = ["bf16", "weight_only_int8", "fp8", "nf4", "weight_only_int4"]
+HEAD = "+lm_head"
 
 
 def build(args: argparse.Namespace, method: str, max_num_seqs: int) -> LLM:
+    name = method.removesuffix(HEAD)
     return LLM(args.model, load_format=args.load_format, dtype="bfloat16", max_model_len=args.max_model_len,
-               max_num_seqs=max_num_seqs, quantization=None if method == "bf16" else method,
-               gpu_memory_utilization=0.85, attention_backend=args.attention_backend)
+               max_num_seqs=max_num_seqs, quantization=None if name == "bf16" else name,
+               quantize_lm_head=method.endswith(HEAD), gpu_memory_utilization=0.85,
+               attention_backend=args.attention_backend)
 
 
 def random_prompts(count: int, length: int, vocab: int, seed: int) -> list[dict]:
@@ -90,10 +94,10 @@ def main() -> None:
         gc.collect()
         torch.cuda.empty_cache()
         print(method, results[method], flush=True)
-    print(f"\n{'method':<18}{'weights GiB':>12}{'decode tok/s (bs=1)':>22}{'offline out tok/s':>20}"
+    print(f"\n{'method':<26}{'weights GiB':>12}{'decode tok/s (bs=1)':>22}{'offline out tok/s':>20}"
           f"{'offline total tok/s':>21}")
     for method, row in results.items():
-        print(f"{method:<18}{row['weight_gib']:>12}{row.get('decode_tok_per_s_batch1', '-'):>22}"
+        print(f"{method:<26}{row['weight_gib']:>12}{row.get('decode_tok_per_s_batch1', '-'):>22}"
               f"{row.get('output_tokens_per_s', '-'):>20}{row.get('total_tokens_per_s', '-'):>21}")
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "model": args.model, "results": results}, f, indent=1)

@@ -180,6 +180,29 @@ def print_breakdown(best: dict[str, dict[str, Any]]) -> None:
           "rest = step - device wait - mask - accept")
 
 
+def profile_modes(llm: LLM, prompts: list[str], specs: list[dict[str, Any]], lengths: list[int],
+                  max_tokens: int, timer: HostTimer) -> dict[str, dict[str, float]]:
+    """One more run of the unguided and the guided mode under torch.profiler: how much of the
+    wall time the device was busy (kernels and copies), and the guided run's costliest kernels.
+    A step slower than its forward pass with the device busy throughout did more device work;
+    with the device idle, the host kept it waiting."""
+    from torch.profiler import ProfilerActivity, profile
+
+    shares: dict[str, dict[str, float]] = {}
+    for mode in ("unguided", "guided"):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            row = run_mode(llm, mode, prompts, specs, lengths, max_tokens, timer)
+        events = prof.key_averages()
+        busy_ms = sum(e.self_device_time_total for e in events) / 1e3
+        wall_ms = 1e3 * row["elapsed_s"]
+        shares[mode] = {"wall_ms": wall_ms, "device_busy_ms": busy_ms, "steps": row["steps"]}
+        print(f"profile {mode}: wall {wall_ms:.1f} ms, device busy {busy_ms:.1f} ms "
+              f"({100 * busy_ms / wall_ms:.0f}%), {row['steps']} steps")
+        if mode == "guided":
+            print(events.table(sort_by="self_device_time_total", row_limit=12))
+    return shares
+
+
 def tokenizer_dir(path: str) -> str:
     """A tokenizer directory; a GGUF file's tokenizer is written out to one (the dummy loader
     reads tokenizers with ``from_pretrained``, which needs ``gguf_file`` for a GGUF)."""
@@ -225,6 +248,8 @@ def main() -> None:
     parser.add_argument("--num-gpu-blocks", type=int, default=None, help="KV blocks (default: profiled)")
     parser.add_argument("--fill-threads", type=int, default=None,
                         help="xgrammar mask-fill threads (default: the backend's, half the cores, at most 8)")
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile one unguided and one guided run (device busy time, kernels)")
     parser.add_argument("--output-json", default="benchmarks/results/structured_output.json")
     args = parser.parse_args()
 
@@ -252,12 +277,14 @@ def main() -> None:
           f"best of {args.repeats}; compile {cold_ms:.1f} ms cold, {cached_ms:.3f} ms cached (mean per spec)")
     print_table(best)
     print_breakdown(best)
+    profiled = profile_modes(llm, prompts, specs, lengths, args.max_tokens, timer) if args.profile else None
     if args.output_json:
         os.makedirs(os.path.dirname(args.output_json) or ".", exist_ok=True)
         with open(args.output_json, "w") as f:
             json.dump({"device": device, "model": model, "async_scheduling": llm.engine.overlap,
                        "num_prompts": args.num_prompts, "fill_threads": threads, "lengths": lengths,
-                       "compile_ms_cold": cold_ms, "compile_ms_cached": cached_ms, "modes": best}, f, indent=2)
+                       "compile_ms_cold": cold_ms, "compile_ms_cached": cached_ms, "modes": best,
+                       "profile": profiled}, f, indent=2)
         print(f"results: {args.output_json}")
 
 

@@ -37,6 +37,7 @@ class EngineConfig(BaseModel):
     enforce_eager: bool = False
     async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA, one rank)
     quantization: Optional[str] = None
+    quantize_lm_head: bool = False  # the LM head in weight-only int8 (fastllm.quantization.lm_head)
     reasoning_parser: Optional[str] = None
     tool_call_parser: Optional[str] = None
     chat_template: Optional[str] = None

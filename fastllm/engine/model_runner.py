@@ -49,7 +49,7 @@ class ModelRunner:
                 self.model = model_cls(hf_config)
         finally:
             torch.set_default_dtype(previous)
-        load_weights(loader, config.model, self.model, quantizer)
+        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head)
         self.model.eval()
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0

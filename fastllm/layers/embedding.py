@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -35,8 +37,16 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    """Hidden states -> logits over the full vocabulary (gathered across ranks)."""
+    """Hidden states -> logits over the full vocabulary (gathered across ranks).
+
+    ``quantized``, when a quantizer set it (``quantize_lm_head``), computes this rank's logits
+    in the float weight's place."""
+
+    def __init__(self, vocab_size: int, hidden_size: int):
+        super().__init__(vocab_size, hidden_size)
+        self.quantized: Optional[nn.Module] = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = all_gather_last_dim(F.linear(hidden, self.weight))
+        local = self.quantized(hidden) if self.quantized is not None else F.linear(hidden, self.weight)
+        logits = all_gather_last_dim(local)
         return logits[..., : self.vocab_size]

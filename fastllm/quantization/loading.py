@@ -14,6 +14,7 @@ import torch.nn as nn
 from fastllm import registry
 from fastllm.quantization.interface import Quantizer
 from fastllm.quantization.linear import CheckpointLayoutError
+from fastllm.quantization.lm_head import quantize_lm_head
 
 logger = logging.getLogger("fastllm")
 
@@ -47,22 +48,28 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def load_weights(loader: Any, model_path: str, model: nn.Module, quantizer: Optional[Quantizer]) -> None:
-    """Fill ``model`` from ``model_path`` and quantize it; logs weight bytes before and after."""
+def load_weights(loader: Any, model_path: str, model: nn.Module, quantizer: Optional[Quantizer],
+                 lm_head: bool = False) -> None:
+    """Fill ``model`` from ``model_path`` and quantize it (``lm_head``: its LM head in int8, see
+    ``quantize_lm_head``); logs weight bytes before and after."""
     before = weight_bytes(model)
-    if quantizer is None:
-        loader.load_weights(model_path, model)
-        logger.info("weight bytes: %d (%.1f MiB, unquantized)", before, before / 2**20)
-        return
-    quantizer.prepare_model(model)
+    if quantizer is not None:
+        quantizer.prepare_model(model)
     try:
         loader.load_weights(model_path, model)
     except (KeyError, RuntimeError, ValueError) as exc:
-        if not quantizer.prequantized or isinstance(exc, CheckpointLayoutError):
+        if quantizer is None or not quantizer.prequantized or isinstance(exc, CheckpointLayoutError):
             raise
         raise CheckpointLayoutError(f"the checkpoint's tensors do not match its declared quantization "
                                     f"{quantizer.name!r}: {exc}") from exc
-    quantizer.quantize_model(model)
+    if quantizer is not None:
+        quantizer.quantize_model(model)
+    if lm_head:
+        quantize_lm_head(model)
+    applied = "+".join(([quantizer.name] if quantizer is not None else []) + (["lm_head_int8"] if lm_head else []))
+    if not applied:
+        logger.info("weight bytes: %d (%.1f MiB, unquantized)", before, before / 2**20)
+        return
     after = weight_bytes(model)
     logger.info("weight bytes before quantization: %d (%.1f MiB), after %s: %d (%.1f MiB, %.3fx)",
-                before, before / 2**20, quantizer.name, after, after / 2**20, after / before)
+                before, before / 2**20, applied, after, after / 2**20, after / before)

@@ -63,6 +63,8 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
                         help="queue each step before reading the last one's tokens (default: on CUDA "
                              "with one GPU); '--async-scheduling false' turns it off")
     parser.add_argument("--quantization", "-q", default=None)
+    parser.add_argument("--quantize-lm-head", action="store_true", default=None,
+                        help="store the LM head in weight-only int8 (faster batch-1 decode)")
     parser.add_argument("--reasoning-parser", default=None)
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--use-lookahead", action="store_true", default=None,
