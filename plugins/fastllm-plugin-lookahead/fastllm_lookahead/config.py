@@ -12,7 +12,7 @@ class LookaheadConfig:
     for many concurrent requests, raise it for few.
 
     ``max_match_tokens``: the longest context suffix looked up in the tries (tried from long
-    to short). ``max_pool_nodes``: the memory bound of each trie (about 260 bytes a node).
+    to short). ``max_pool_nodes``: the memory bound of each trie (about 150 bytes a node).
     ``max_batch_draft_tokens``: the most draft tokens one step verifies over the whole batch.
     ``min_chain_prob``: a sequence proposes k drafts only while its estimated chance that all
     k are accepted stays above this.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import random
 
-from fastllm_lookahead.trie import TokenTrie, TrieCursor, TrieNode
+from fastllm_lookahead.trie import EDGE_STRIDE, ROOT, TokenTrie, TrieCursor
 
 
 def feed(trie: TokenTrie, tokens: list[int], chunk: int = 0) -> TrieCursor:
@@ -17,14 +18,24 @@ def feed(trie: TokenTrie, tokens: list[int], chunk: int = 0) -> TrieCursor:
 
 
 def ngram_counts(trie: TokenTrie) -> dict[tuple[int, ...], int]:
-    counts: dict[tuple[int, ...], int] = {}
-    stack: list[tuple[tuple[int, ...], TrieNode]] = [((), trie.root)]
-    while stack:
-        prefix, node = stack.pop()
-        for token, child in node.children.items():
-            counts[prefix + (token,)] = child.count
-            stack.append((prefix + (token,), child))
-    return counts
+    """Every n-gram in the trie with its count, spelled by following each node's edge up."""
+    grams: dict[int, tuple[int, ...]] = {ROOT: ()}
+    for node in range(1, len(trie.count)):
+        token, parent = divmod(trie.key[node], EDGE_STRIDE)
+        grams[node] = grams[parent] + (token,)  # a parent's id is below its children's
+    return {grams[node]: trie.count[node] for node in range(1, len(trie.count))}
+
+
+def check_structure(trie: TokenTrie) -> None:
+    """The edges are the nodes' keys, and each node's best is a child of the highest count."""
+    assert trie.edges == {key: node for node, key in enumerate(trie.key) if node != ROOT}
+    highest = [0] * len(trie.count)
+    for node in range(1, len(trie.count)):
+        parent = trie.key[node] % EDGE_STRIDE
+        highest[parent] = max(highest[parent], trie.count[node])
+    for node, best in enumerate(trie.best):
+        assert best == ROOT or trie.key[best] % EDGE_STRIDE == node
+        assert trie.count[best] == highest[node]
 
 
 def reference_counts(streams: list[list[int]], depth: int) -> dict[tuple[int, ...], int]:
@@ -62,10 +73,10 @@ def test_match_continues_the_longest_suffix():
 def test_continues_says_what_match_would_find_and_touches_nothing():
     trie = TokenTrie(depth=4, max_nodes=1000)
     feed(trie, [1, 2, 3, 4, 5])
-    ticks = [node.tick for node in trie.root.children.values()]
+    ticks = list(trie.tick)
     assert trie.continues([2, 3]) and trie.continues([3, 4, 5]) is False
     assert not trie.continues([2, 4]) and not trie.continues([])
-    assert [node.tick for node in trie.root.children.values()] == ticks
+    assert trie.tick == ticks
     for context in ([1, 2, 3], [2, 3], [3, 4, 5], [7, 3], [2, 4]):
         assert trie.continues(context) == (trie.match(context, len(context), 1).length == len(context))
 
@@ -100,11 +111,30 @@ def test_eviction_bounds_memory_and_keeps_recent_ngrams():
     assert trie.num_evictions > 0
     assert trie.match(tokens[-6:-3], 3, 3).tokens == tokens[-3:]
     assert trie.match(tokens[:3], 3, 3).length < 3  # the stream's start is long gone
-    stack = [trie.root]
-    while stack:
-        node = stack.pop()
-        assert node.best == -1 or node.best in node.children
-        stack.extend(node.children.values())
+    check_structure(trie)
+
+
+def test_eviction_keeps_the_trie_true_to_interleaved_streams():
+    """Three streams fed in turns through their own cursors: an eviction while feeding one
+    renumbers the nodes the others' cursors stand on."""
+    rng = random.Random(2)
+    depth = 5
+    trie = TokenTrie(depth, max_nodes=300)
+    streams: list[list[int]] = [[], [], []]
+    cursors = [TrieCursor() for _ in streams]
+    for _ in range(300):
+        which = rng.randrange(len(streams))
+        tokens = streams[which]
+        new = [rng.randrange(12) for _ in range(rng.randint(1, 6))]
+        tokens += new
+        trie.extend(cursors[which], tokens, len(tokens) - len(new))
+        check_structure(trie)
+        counts, truth = ngram_counts(trie), reference_counts(streams, depth)
+        assert len(counts) == trie.num_nodes <= trie.max_nodes
+        assert all(count <= truth[gram] for gram, count in counts.items())
+        for n in range(1, min(depth - 1, len(tokens)) + 1):  # the cursor's own suffixes
+            assert tuple(tokens[-n:]) in counts
+    assert trie.num_evictions > 5
 
 
 def test_eviction_spares_branches_that_drafts_used():
@@ -115,3 +145,19 @@ def test_eviction_spares_branches_that_drafts_used():
         trie.extend(filler, list(range(100, 106 + i)), 5 + i if i else 0)
         assert trie.match([1, 2], 2, 2).tokens == [3, 4]
     assert trie.num_evictions > 0 and trie.num_nodes <= 40
+
+
+def test_feeding_allocates_no_tracked_objects():
+    """Nodes and edges are ints in a few lists and one dict: nothing for the garbage collector."""
+    rng = random.Random(3)
+    trie, cursor, tokens = TokenTrie(depth=6, max_nodes=10**6), TrieCursor(), []
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for _ in range(2000):
+            tokens.append(rng.randrange(1000))
+            trie.extend(cursor, tokens, len(tokens) - 1)
+        assert len(gc.get_objects()) - before < 10 and trie.num_nodes > 5000
+    finally:
+        gc.enable()
