@@ -135,14 +135,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--csv", default="bench_kernels.csv", help="where the table is also written")
+    parser.add_argument("--only-attention", action="store_true", help="decode and extend attention only")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU")
     dtype = getattr(torch, args.dtype)
     elem = torch.finfo(dtype).bits // 8
     torch.manual_seed(0)
-    rows = (bench_decode(dtype, elem) + bench_extend(dtype, elem) + bench_elementwise(dtype, elem)
-            + bench_sampling())
+    rows = bench_decode(dtype, elem) + bench_extend(dtype, elem)
+    if not args.only_attention:
+        rows += bench_elementwise(dtype, elem) + bench_sampling()
     columns = list(rows[0])
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
     print(torch.cuda.get_device_name(), args.dtype, f"triton {triton.__version__}")
