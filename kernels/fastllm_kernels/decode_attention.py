@@ -154,7 +154,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PV=pv_precision(q.dtype),
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PV=pv_precision(q.dtype, decode=True),
         num_warps=4, num_stages=2,
     )
     if num_splits > 1:

@@ -19,18 +19,21 @@ import triton
 import triton.language as tl
 
 
-# How ``P @ V`` runs for 16-bit q: ``q`` rounds the probabilities to q's dtype (FlashAttention's
-# choice, the fastest), ``tf32`` and ``tf32x3`` keep them in fp32 and multiply in one or three
-# tf32 passes (the latter about as exact as fp32, so bf16 outputs round as a float32 reference's do).
+# How decode's ``P @ V`` runs for 16-bit q: ``q`` rounds the probabilities to q's dtype
+# (FlashAttention's choice), ``tf32`` and ``tf32x3`` keep them in fp32 and multiply in one or
+# three tf32 passes (the latter about as exact as fp32). Decode is memory-bound, so each costs
+# the same there; prefill always rounds (tf32 made it 3x slower on the H100).
 PV_PRECISIONS = ("q", "tf32", "tf32x3")
 PV_PRECISION = os.environ.get("FASTLLM_ATTENTION_PV", "q")
 if PV_PRECISION not in PV_PRECISIONS:
     raise ValueError(f"FASTLLM_ATTENTION_PV must be one of {PV_PRECISIONS}, got {PV_PRECISION!r}")
 
 
-def pv_precision(dtype: torch.dtype) -> str:
+def pv_precision(dtype: torch.dtype, decode: bool) -> str:
     """The ``PV`` constexpr of the attention kernels for q of ``dtype``."""
-    return "ieee" if dtype == torch.float32 else PV_PRECISION
+    if dtype == torch.float32:
+        return "ieee"
+    return PV_PRECISION if decode else "q"
 
 
 @triton.jit
@@ -161,7 +164,7 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         scale * math.log2(math.e), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PV=pv_precision(q.dtype),
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PV=pv_precision(q.dtype, decode=False),
         num_warps=8 if block_m >= 128 else 4, num_stages=2,
     )
     return out
