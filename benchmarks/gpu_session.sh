@@ -3,8 +3,7 @@
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
-#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   pvkernels, pvequality)
+#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -105,21 +104,6 @@ equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32
     --dtype bfloat16 --prompts text --output-json "$OUT/equality_bf16_text.json"
   step equality_bf16_serial 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
     --dtype bfloat16 --max-num-seqs 1 --output-json "$OUT/equality_bf16_serial.json"
-  ;;
-pvkernels)  # attention kernel speed under each FASTLLM_ATTENTION_PV mode (PV_MODES)
-  for mode in ${PV_MODES:-q tf32 tf32x3}; do
-    FASTLLM_ATTENTION_PV=$mode TAIL=12 step pv_kernels_$mode 120 $PY kernels/bench_kernels.py --only-attention \
-      --csv "$OUT/pv_kernels_$mode.csv"
-  done
-  ;;
-pvequality)  # bf16 greedy equality, random and text prompts, under each FASTLLM_ATTENTION_PV mode
-  for mode in ${PV_MODES:-q tf32 tf32x3}; do
-    for prompts in random text; do
-      FASTLLM_ATTENTION_PV=$mode step pv_equality_${mode}_$prompts 120 $PY benchmarks/backend_equality.py \
-        --model $SMOLLM2 --load-format $SMOLLM2_FORMAT --dtype bfloat16 --prompts $prompts \
-        --output-json "$OUT/pv_equality_${mode}_$prompts.json"
-    done
-  done
   ;;
 quant)
   # Triton compiles every parametrised variant afresh on a new machine: about a minute of each box

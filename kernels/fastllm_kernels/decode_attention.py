@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastllm_kernels.extend_attention import paged_extend_attention_ref, probs_times_v, pv_precision
+from fastllm_kernels.extend_attention import paged_extend_attention_ref
 
 _MAX_SPLITS = 64
 _MIN_TOKENS_PER_SPLIT = 256
@@ -38,7 +38,7 @@ def _decode_split_kernel(
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    PRECISION: tl.constexpr, PV: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -76,7 +76,7 @@ def _decode_split_kernel(
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=col_mask[:, None], other=0.0)
-        acc = acc * alpha[:, None] + probs_times_v(p, v, q.dtype, PV)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=PRECISION)
         m_i = m_new
 
     # An empty piece (short sequence, or seq_len 0) leaves l_i == 0: it writes zeros and lse -inf.
@@ -154,8 +154,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PV=pv_precision(q.dtype, decode=True),
-        num_warps=4, num_stages=2,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
     )
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](

@@ -10,7 +10,6 @@ position are visible to every row and run without a mask; only the diagonal part
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional
 
 import torch
@@ -19,38 +18,11 @@ import triton
 import triton.language as tl
 
 
-# How decode's ``P @ V`` runs for 16-bit q: ``q`` rounds the probabilities to q's dtype
-# (FlashAttention's choice), ``tf32`` and ``tf32x3`` keep them in fp32 and multiply in one or
-# three tf32 passes (the latter about as exact as fp32). Decode is memory-bound, so each costs
-# the same there; prefill always rounds (tf32 made it 3x slower on the H100).
-PV_PRECISIONS = ("q", "tf32", "tf32x3")
-PV_PRECISION = os.environ.get("FASTLLM_ATTENTION_PV", "q")
-if PV_PRECISION not in PV_PRECISIONS:
-    raise ValueError(f"FASTLLM_ATTENTION_PV must be one of {PV_PRECISIONS}, got {PV_PRECISION!r}")
-
-
-def pv_precision(dtype: torch.dtype, decode: bool) -> str:
-    """The ``PV`` constexpr of the attention kernels for q of ``dtype``."""
-    if dtype == torch.float32:
-        return "ieee"
-    return PV_PRECISION if decode else "q"
-
-
-@triton.jit
-def probs_times_v(p, v, q_dtype: tl.constexpr, PV: tl.constexpr):
-    """``p [M, N]`` (fp32) @ ``v [N, D]`` in fp32, with p rounded to ``q_dtype`` first if PV is "q"."""
-    if PV == "q":
-        out = tl.dot(p.to(q_dtype), v.to(q_dtype))
-    else:
-        out = tl.dot(p, v.to(tl.float32), input_precision=PV)
-    return out
-
-
 @triton.jit
 def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset, n0, kv_end,
                  row_pos, scale_log2e, stride_cache_block, stride_cache_token,
                  HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, PV: tl.constexpr):
+                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One online-softmax step over keys ``[n0, n0 + BLOCK_N)``; masked only when CAUSAL."""
     dims = tl.arange(0, HEAD_DIM)
     cols = n0 + tl.arange(0, BLOCK_N)
@@ -75,7 +47,7 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset,
         v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=col_mask[:, None], other=0.0)
     else:
         v = tl.load(v_cache_ptr + token[:, None] + dims[None, :])
-    acc = acc * alpha[:, None] + probs_times_v(p, v, q.dtype, PV)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=PRECISION)
     return m_new, l_i, acc
 
 
@@ -85,7 +57,7 @@ def _extend_kernel(
     out_ptr, scale_log2e, stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, PV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     tokens_per_tile: tl.constexpr = BLOCK_M // GROUP
     # Last query tiles see the most keys: start them first.
@@ -119,12 +91,12 @@ def _extend_kernel(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset, n0, kv_end,
                 row_pos, scale_log2e, stride_cache_block, stride_cache_token,
-                HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, PRECISION, PV)
+                HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, PRECISION)
         for n0 in range(unmasked_end, kv_end, BLOCK_N):
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset, n0, kv_end,
                 row_pos, scale_log2e, stride_cache_block, stride_cache_token,
-                HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, PRECISION, PV)
+                HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, PRECISION)
 
         o = acc / l_i[:, None]
         out_offset = (q_start + q_idx).to(tl.int64)
@@ -164,7 +136,7 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         scale * math.log2(math.e), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PV=pv_precision(q.dtype, decode=False),
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=8 if block_m >= 128 else 4, num_stages=2,
     )
     return out
