@@ -26,6 +26,9 @@ from fastllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("fastllm")
 
+# Tokens appended to their sequences but not yet detokenized: (request, sample, token).
+TextToDecode = list[tuple[RequestState, SampleState, int]]
+
 
 @dataclass
 class InFlightStep:
@@ -211,7 +214,8 @@ class LLMEngine:
         launch by one call. A sequence whose next logits need its latest token on the host (a
         grammar, penalties) does not stop the overlap: the batch's forward pass is queued
         first, the step in flight is read while it runs, and only then are the batch's
-        sampling rows built and its grammar masks filled.
+        sampling rows built and its grammar masks filled; the read tokens are detokenized
+        (and checked for stop strings) after the sampling is queued, off that critical path.
 
         With a speculative decoder, a step in which no sequence wants drafts overlaps just the
         same. When one does, the step in flight is read first (drafts continue each sequence's
@@ -233,8 +237,10 @@ class LLMEngine:
         elif not self.overlap or any(item.num_draft_tokens for item in out.scheduled):
             touched.update(self._read(self._launch(out.scheduled, overlapped=False)))
         elif previous is not None and self._samples_need_previous(out.scheduled):
+            deferred: TextToDecode = []
             self.in_flight = self._launch(out.scheduled, overlapped=True,
-                                          before_sampling=lambda: touched.update(self._read(previous)))
+                                          before_sampling=lambda: touched.update(self._read(previous, deferred)))
+            self._detokenize(deferred)
         else:
             self.in_flight = self._launch(out.scheduled, overlapped=True)
             if previous is not None:
@@ -272,8 +278,9 @@ class LLMEngine:
                 seq.num_pending_tokens += 1
         return step
 
-    def _read(self, step: InFlightStep) -> dict[str, RequestState]:
-        """Read a launched step's tokens and hand them to their requests; return those requests."""
+    def _read(self, step: InFlightStep, deferred: Optional[TextToDecode] = None) -> dict[str, RequestState]:
+        """Read a launched step's tokens and hand them to their requests; return those requests.
+        With ``deferred``, tokens are appended but left there to detokenize (``_detokenize``)."""
         start = time.perf_counter()
         results = step.pending.results()
         forward_time = step.launch_time + time.perf_counter() - start
@@ -296,10 +303,10 @@ class LLMEngine:
             if result.prompt_logprobs:  # a chunk recomputed after a preemption adds only what is new
                 known = len(seq.prompt_logprobs) - result.prompt_logprobs_start
                 seq.prompt_logprobs.extend(result.prompt_logprobs[max(known, 0):])
-            self._append_tokens(state, item, result)
+            self._append_tokens(state, item, result, deferred)
         return touched
 
-    def _append_tokens(self, state: RequestState, item, result) -> None:
+    def _append_tokens(self, state: RequestState, item, result, deferred: Optional[TextToDecode] = None) -> None:
         seq = item.seq
         sample = state.samples[seq.index]
         seq.draft_token_ids = []
@@ -311,7 +318,10 @@ class LLMEngine:
             seq.check_stop()
             if not seq.is_finished and result.grammar_terminated:
                 seq.finish("stop")
-            state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
+            if deferred is None:
+                state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
+            else:
+                deferred.append((state, sample, token))
             if seq.is_finished:
                 break
         if self.speculator is not None and result.new_token_ids:
@@ -322,6 +332,15 @@ class LLMEngine:
             self.speculator.on_step(seq, item.num_draft_tokens, result.num_accepted_drafts)
         if seq.is_finished:
             self._release(seq)
+
+    def _detokenize(self, deferred: TextToDecode) -> None:
+        """Detokenize tokens that ``_read`` appended without; a stop string found now ends its
+        sequence (a token sampled for it meanwhile is dropped when read, as after any finish)."""
+        for state, sample, token in deferred:
+            finished = sample.seq.is_finished
+            state.on_tokens(sample, [token])
+            if sample.seq.is_finished and not finished:
+                self._release(sample.seq)
 
     def _emit(self, state: RequestState) -> RequestOutput:
         if state.finished:

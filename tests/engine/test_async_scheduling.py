@@ -189,3 +189,27 @@ def test_penalties_keep_steps_overlapped_by_reading_inside_the_launch(tiny_llama
     out = llm.generate([[5, 6, 7]], params, use_tqdm=False)
     assert len(out[0].outputs.token_ids) == 8
     assert events == [False] + [True] * 7
+
+
+def test_stop_strings_found_after_the_sampling_launch_end_sequences_as_before(smollm2_path):
+    """With penalties, a read step's tokens are detokenized only after the next sampling is
+    queued; a stop string found then must end its sequence with the synchronous engine's text,
+    reason and tokens, and free its blocks."""
+    llm_args = dict(max_model_len=512, block_size=16, max_num_seqs=4, num_gpu_blocks_override=64)
+    prompts = ["The capital of France is", "List three colours:", "Count from one to ten:",
+               "Write a haiku about rain."]
+    sync_llm = LLM(smollm2_path, async_scheduling=False, **llm_args)
+    free_text = sync_llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24, repetition_penalty=1.2),
+                                  use_tqdm=False)
+    # stop at a word each answer reaches midway, so the stop is found while a step is in flight
+    stops = [o.outputs.text.split()[len(o.outputs.text.split()) // 2] for o in free_text]
+    params = [SamplingParams(temperature=0, max_tokens=24, repetition_penalty=1.2, stop=[stop]) for stop in stops]
+    rows = {}
+    for overlap, llm in ((False, sync_llm), (True, LLM(smollm2_path, async_scheduling=True, **llm_args))):
+        assert llm.engine.overlap is overlap
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        rows[overlap] = [(o.outputs.text, o.outputs.token_ids, o.outputs.finish_reason, o.outputs.stop_reason)
+                         for o in outputs]
+        _assert_no_blocks_held(llm)
+    assert rows[True] == rows[False]
+    assert all(row[2] == "stop" and row[3] == stop for row, stop in zip(rows[True], stops))
