@@ -162,8 +162,8 @@ def test_async_scheduling_keeps_greedy_output_and_overlaps_the_draft_free_steps(
         steps.append((engine.speculator.num_spec_steps > verified, engine.in_flight is not None))
         return outputs
 
-    def spied_append(state, item, result):
-        append(state, item, result)
+    def spied_append(state, item, result, *deferred):
+        append(state, item, result, *deferred)
         if item.seq.is_finished:
             ends.append((item.seq.finish_reason, result.num_accepted_drafts))
 
