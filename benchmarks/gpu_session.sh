@@ -52,7 +52,7 @@ engine)
   step throughput 230 $FASTLLM bench throughput $COMMON --num-prompts 1000 --input-len 1024 --output-len 256 \
     --range-ratio 0 --quiet --compare hf --hf-num-prompts 32 --output-json "$OUT/throughput.json"
   TAIL=8 step tests 110 $PY -m pytest -q -x -p no:cacheprovider tests/attention tests/layers \
-    tests/engine/test_cuda_graphs.py kernels/tests
+    tests/engine/test_cuda_graphs.py tests/engine/test_dependent_launch.py kernels/tests
   ;;
 features)
   step equality 100 sh -c "$PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
@@ -87,7 +87,7 @@ smollm2)  # the SmolLM2 benchmarks of features, most wanted first, for a short l
   ;;
 gputests)  # every test that runs on CUDA, no time box short of the call's
   TAIL=15 step tests 560 $PY -m pytest -q -p no:cacheprovider --durations=5 tests/attention tests/layers \
-    tests/engine/test_cuda_graphs.py kernels/tests
+    tests/engine/test_cuda_graphs.py tests/engine/test_dependent_launch.py kernels/tests
   ;;
 structured8b)  # an 8B-sized step over SmolLM2's vocabulary: what grammars cost a model worth guiding
   TAIL=45 step structured_8b 300 $PY benchmarks/structured_output.py $COMMON --tokenizer .gguf/smollm2-tokenizer \

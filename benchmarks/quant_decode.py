@@ -48,6 +48,31 @@ def decode_tokens_per_s(llm: LLM, args: argparse.Namespace) -> float:
     return args.decode_tokens / (m.finished_time - m.first_token_time)
 
 
+def decode_profile(llm: LLM, args: argparse.Namespace) -> dict:
+    """One more batch-1 decode under torch.profiler: device microseconds per decode step by
+    kernel (CUDA-graph replays included) and the device's busy share of the wall time, so a
+    method's step splits into its GEMVs and the kernels no weight format shrinks."""
+    from torch.profiler import ProfilerActivity, profile
+
+    vocab = llm.engine.hf_config.vocab_size
+    params = SamplingParams(temperature=0.0, max_tokens=args.decode_tokens + 1, ignore_eos=True)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        llm.generate(random_prompts(1, args.prompt_len, vocab, 3), params, use_tqdm=False)
+        wall_us = 1e6 * (time.perf_counter() - start)
+    per_kernel: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.self_device_time_total > 0:
+            per_kernel[event.key[:80]] = event.self_device_time_total / args.decode_tokens
+    busy = sum(per_kernel.values())
+    print(f"profile: wall {wall_us / args.decode_tokens:.1f} us/token, device busy {busy:.1f} us/token "
+          f"(prefill included, {args.decode_tokens} tokens)")
+    for name, us in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:args.profile_rows]:
+        print(f"{us:>10.2f} us  {name}")
+    return {"wall_us_per_token": round(wall_us / args.decode_tokens, 1), "busy_us_per_token": round(busy, 1),
+            "kernels_us_per_token": {k: round(v, 2) for k, v in per_kernel.items()}}
+
+
 def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
     vocab = llm.engine.hf_config.vocab_size
     prompts = random_prompts(args.num_prompts, args.input_len, vocab, 2)
@@ -67,6 +92,8 @@ def measure(args: argparse.Namespace, method: str) -> dict:
     row: dict = {"weight_gib": round(weight_bytes(engine_model(llm)) / 2**30, 2)}
     if method in args.methods:
         row["decode_tok_per_s_batch1"] = round(decode_tokens_per_s(llm, args), 1)
+        if args.profile:
+            row["profile"] = decode_profile(llm, args)
     if method in args.throughput_methods:
         row.update(throughput(llm, args))
     llm.engine.runner.shutdown()
@@ -86,6 +113,8 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--profile", action="store_true", help="then profile one batch-1 decode per method")
+    parser.add_argument("--profile-rows", type=int, default=25)
     parser.add_argument("--out", default="quant_decode.json")
     args = parser.parse_args()
     results: dict[str, dict] = {}
@@ -93,7 +122,7 @@ def main() -> None:
         results[method] = measure(args, method)
         gc.collect()
         torch.cuda.empty_cache()
-        print(method, results[method], flush=True)
+        print(method, {k: v for k, v in results[method].items() if k != "profile"}, flush=True)
     print(f"\n{'method':<26}{'weights GiB':>12}{'decode tok/s (bs=1)':>22}{'offline out tok/s':>20}"
           f"{'offline total tok/s':>21}")
     for method, row in results.items():

@@ -11,11 +11,14 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
 _BLOCK = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_out, inner, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_out, inner, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inner
@@ -34,7 +37,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     out = rows.new_empty((rows.shape[0], inner))
     if rows.shape[0]:
         _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(inner, _BLOCK))](
-            rows, out, rows.stride(0), out.stride(0), inner, BLOCK=_BLOCK, num_warps=4)
+            rows, out, rows.stride(0), out.stride(0), inner, BLOCK=_BLOCK, num_warps=4, **pdl_launch(x.device))
     return out.view(*x.shape[:-1], inner)
 
 

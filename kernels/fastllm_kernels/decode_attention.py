@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.extend_attention import paged_extend_attention_ref
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 _MAX_SPLITS = 64
 _MIN_TOKENS_PER_SPLIT = 256
@@ -38,8 +39,9 @@ def _decode_split_kernel(
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -94,8 +96,9 @@ def _decode_split_kernel(
 @triton.jit
 def _decode_merge_kernel(
     split_out_ptr, split_lse_ptr, out_ptr, stride_ob, stride_oh, num_splits,
-    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     seq = tl.program_id(0)
     head = tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
@@ -155,12 +158,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
+        **pdl_launch(q.device),
     )
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](
             split_out, split_lse, out, out.stride(0), out.stride(1), num_splits,
             SPLITS_PAD=triton.next_power_of_2(num_splits),
-            HEAD_DIM=head_dim, num_warps=4,
+            HEAD_DIM=head_dim, num_warps=4, **pdl_launch(q.device),
         )
     return out
 

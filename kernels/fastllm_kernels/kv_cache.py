@@ -14,14 +14,17 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
 
 @triton.jit
 def _write_kv_cache_kernel(
     key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh, stride_cache_slot,
     NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    SATURATE: tl.constexpr,
+    SATURATE: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     token = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + token)
     heads = tl.arange(0, HEADS_PAD)
@@ -58,6 +61,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
         key.stride(0), key.stride(1), value.stride(0), value.stride(1), k_cache.stride(1),
         NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
         HEAD_DIM=head_dim, SATURATE=_fp8_max(k_cache.dtype), num_warps=4,
+        **pdl_launch(key.device),
     )
 
 

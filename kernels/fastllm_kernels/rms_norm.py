@@ -11,13 +11,16 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, new_residual_ptr, eps,
     stride_x, stride_residual, stride_out, stride_new_residual, hidden,
-    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -42,7 +45,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
         x, residual if has_residual else x, weight, out, new_residual if has_residual else out, eps,
         x.stride(0), residual.stride(0) if has_residual else 0, out.stride(0),
         new_residual.stride(0) if has_residual else 0, hidden,
-        BLOCK=block, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512)),
+        BLOCK=block, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512)), **pdl_launch(x.device),
     )
 
 

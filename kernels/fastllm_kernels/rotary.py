@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
 
 @triton.jit
 def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin,
@@ -38,8 +40,9 @@ def _rotary_kernel(
     positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
     Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr,
+    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     token = tl.program_id(0).to(tl.int64)
     position = tl.load(positions_ptr + token)
     pairs = tl.arange(0, HALF_PAD)
@@ -74,7 +77,7 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
             Q_HEADS_PAD=triton.next_power_of_2(q.shape[1]),
             KV_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
             ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2),
-            IS_NEOX=is_neox, num_warps=4,
+            IS_NEOX=is_neox, num_warps=4, **pdl_launch(q.device),
         )
     return query, key
 

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
 from fastllm_kernels.quant.dequant import MAGIC, code_value, columns, nf4_value, small_code_value
 
@@ -77,11 +78,56 @@ def _gemv_units(q_rows, k0, K, CODES: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K, stride_sn, magic,
+                GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
+                HAS_ZERO: tl.constexpr, UNITS: tl.constexpr, LANE_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """``acc [BLOCK_N, LANES]`` plus the products of one slice of W (``units``, loaded) at ``k0``."""
+    CODES: tl.constexpr = 1 if FP8 else 32 // BITS
+    tile = tl.reshape(units, (units.shape[0], units.shape[1] // UNITS, UNITS))
+    if FP8:
+        by_unit = columns(tile.to(tl.float8e4nv, bitcast=True).to(tl.float32), UNITS)
+    elif BITS == 8:
+        by_unit = columns(tile.to(tl.uint32, bitcast=True) ^ 0x80808080, UNITS)
+    else:
+        by_unit = columns(tile.to(tl.uint32, bitcast=True), UNITS)
+    if BITS == 4:
+        part = tl.zeros(acc.shape, dtype=tl.float32)
+    else:
+        part = acc  # 8-bit: one chain over the whole K range, scaled at the end
+    x_sum = tl.zeros((acc.shape[1],), dtype=tl.float32)
+    for run in tl.static_range(LANE_K // 8):
+        if EVEN_K:
+            x = tl.load(x_ptr + k0 + run * 8 + x_run)
+        else:
+            x = tl.load(x_ptr + k0 + run * 8 + x_run, mask=k0 + run * 8 + x_run < K, other=0.0)
+        xs = columns(x.to(tl.float32), 8)
+        for e in tl.static_range(8):
+            if FP8:
+                value = by_unit[run * 8 + e]
+            elif NF4:
+                value = nf4_value(book, by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES)
+            else:
+                value = code_value(by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES, BITS, magic)
+            part += value * xs[e][None, :]
+            if HAS_ZERO:
+                x_sum += xs[e]
+    if BITS == 4:
+        group = tl.minimum(k0 + lane * LANE_K, K - 1) // GROUP  # lanes past K read x = 0
+        meta = rows[:, None] * stride_sn + group[None, :]
+        if HAS_ZERO:
+            part -= tl.load(z_ptr + meta).to(tl.float32) * x_sum[None, :]
+        acc += part * tl.load(s_ptr + meta).to(tl.float32)
+    else:
+        acc = part
+    return acc
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, N, K, stride_qn, stride_sn, magic,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    UNITS: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr,
+    UNITS: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
     """``x [1, K]``: a program (one warp) owns ``BLOCK_N`` rows of W and ``ITERS`` slices of
     ``BLOCK_K`` inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one
@@ -90,7 +136,8 @@ def _gemv_kernel(
     (lanes along the lane dim, the rest in registers): no shuffles, no shared memory. Code ``p``
     of unit ``u`` meets x column ``u * CODES + p`` of the lane's runs. Each lane and row sums its
     products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a group) are
-    scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end."""
+    scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end. Launched
+    dependent (``PDL``), the first slice of W is on its way before the previous kernel ends."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     CODES: tl.constexpr = 1 if FP8 else 32 // BITS
@@ -101,56 +148,26 @@ def _gemv_kernel(
     lane = tl.arange(0, LANES)
     q_rows = q_ptr + rows[:, None] * stride_qn + tl.arange(0, LANES * UNITS)[None, :]
     x_run = lane[:, None] * LANE_K + tl.arange(0, 8)[None, :]
-    if NF4:
-        book = tl.load(code_ptr + tl.arange(0, 16))
+    book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
     acc = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
-    if PREFETCH:
-        units = _gemv_units(q_rows, pid_k * ITERS * BLOCK_K, K, CODES, EVEN_K)
-    for i in range(ITERS):
-        k0 = (pid_k * ITERS + i) * BLOCK_K
-        if PREFETCH:  # the next slice's loads go out before this slice's math (the last reloads itself)
-            ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K
+    first = pid_k * ITERS * BLOCK_K
+    units = _gemv_units(q_rows, first, K, CODES, EVEN_K)
+    wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
+    if PREFETCH:  # each slice's loads go out before the previous slice's math
+        for i in range(ITERS):
+            ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K  # the last slice reloads itself
             next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K)
-        else:
-            units = _gemv_units(q_rows, k0, K, CODES, EVEN_K)
-        units = tl.reshape(units, (BLOCK_N, LANES, UNITS))
-        if FP8:
-            by_unit = columns(units.to(tl.float8e4nv, bitcast=True).to(tl.float32), UNITS)
-        elif BITS == 8:
-            by_unit = columns(units.to(tl.uint32, bitcast=True) ^ 0x80808080, UNITS)
-        else:
-            by_unit = columns(units.to(tl.uint32, bitcast=True), UNITS)
-        if BITS == 4:
-            part = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
-        else:
-            part = acc  # 8-bit: one chain over the whole K range, scaled at the end
-        x_sum = tl.zeros((LANES,), dtype=tl.float32)
-        for run in tl.static_range(LANE_K // 8):
-            if EVEN_K:
-                x = tl.load(x_ptr + k0 + run * 8 + x_run)
-            else:
-                x = tl.load(x_ptr + k0 + run * 8 + x_run, mask=k0 + run * 8 + x_run < K, other=0.0)
-            xs = columns(x.to(tl.float32), 8)
-            for e in tl.static_range(8):
-                if FP8:
-                    value = by_unit[run * 8 + e]
-                elif NF4:
-                    value = nf4_value(book, by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES)
-                else:
-                    value = code_value(by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES, BITS, magic)
-                part += value * xs[e][None, :]
-                if HAS_ZERO:
-                    x_sum += xs[e]
-        if BITS == 4:
-            group = tl.minimum(k0 + lane * LANE_K, K - 1) // GROUP  # lanes past K read x = 0
-            meta = rows[:, None] * stride_sn + group[None, :]
-            if HAS_ZERO:
-                part -= tl.load(z_ptr + meta).to(tl.float32) * x_sum[None, :]
-            acc += part * tl.load(s_ptr + meta).to(tl.float32)
-        else:
-            acc = part
-        if PREFETCH:
+            acc = _gemv_slice(acc, units, (pid_k * ITERS + i) * BLOCK_K, x_ptr, x_run, s_ptr, z_ptr, book, rows,
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, HAS_ZERO, UNITS, LANE_K, EVEN_K)
             units = next_units
+    else:
+        acc = _gemv_slice(acc, units, first, x_ptr, x_run, s_ptr, z_ptr, book, rows,
+                          lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+        for i in range(1, ITERS):
+            k0 = (pid_k * ITERS + i) * BLOCK_K
+            units = _gemv_units(q_rows, k0, K, CODES, EVEN_K)
+            acc = _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows,
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, HAS_ZERO, UNITS, LANE_K, EVEN_K)
     out = tl.sum(acc, axis=1)
     if BITS == 8:
         out *= tl.load(s_ptr + rows).to(tl.float32)
@@ -163,7 +180,7 @@ def _gemm_kernel(
     stride_xm, stride_qn, stride_sn, stride_ym,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``x [M, K]``, M > 1: tiles of small exact weight values in x's dtype go through the tensor
     cores; a 4-bit slice (``BLOCK_K`` divides the group) has one scale per column, applied to
@@ -171,6 +188,7 @@ def _gemm_kernel(
     Triton loads the packed tile from shared memory straight into the dot-operand layout and
     every step after the load runs there, in registers (SASS: no second trip through shared
     memory, which 8 codes a word would force)."""
+    wait_for_inputs(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -320,7 +338,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
     constexprs = dict(GROUP=max(fmt.group, 1), BITS=4 if fmt.four_bit else 8, FP8=fmt.fp8, NF4=fmt.nf4,
                       HAS_ZERO=fmt.has_zero, SPLIT_K=split, BLOCK_N=tiling.block_n, BLOCK_K=block_k,
                       EVEN_K=k % block_k == 0 and iters % split == 0, ITERS=per_split,
-                      num_warps=tiling.num_warps, num_stages=tiling.num_stages)
+                      num_warps=tiling.num_warps, num_stages=tiling.num_stages, **pdl_launch(device))
     if m == 1:
         prefetch = tiling.num_stages > 1 and per_split > 1
         return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch))

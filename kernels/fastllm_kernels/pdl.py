@@ -1,0 +1,56 @@
+"""Programmatic dependent launch (Hopper and later): a kernel's programs start while the kernel
+before it in the stream, or in the CUDA graph, is still running.
+
+A batch-1 decode step is a chain of ~10 kernels a layer, each a few microseconds long, and each
+used to pay for its own launch and for its first loads' round trip to memory. A kernel launched
+dependent calls ``wait_for_inputs`` before it reads anything an earlier kernel wrote and before
+its first store; what it loads before that must be data no kernel writes (a GEMV's weights), so
+those loads run under the previous kernel. ``wait_for_inputs`` waits for the previous kernel to
+finish (which waited for its own predecessor, and so on), then lets the next kernel launch.
+
+``FASTLLM_PDL=0`` launches every kernel the ordinary way.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+try:
+    from triton.backends.nvidia.compiler import CUDAOptions
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    _TRITON_HAS_PDL = "launch_pdl" in CUDAOptions.__dataclass_fields__
+except ImportError:  # a Triton without grid dependency control: kernels launch the ordinary way
+    _TRITON_HAS_PDL = False
+    gdc_launch_dependents = gdc_wait = None
+
+
+@triton.jit
+def wait_for_inputs(PDL: tl.constexpr):
+    """Wait until the kernel before has finished and its writes are visible, then let the kernel
+    after this one start launching. Call it in every program, unconditionally."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@functools.lru_cache(maxsize=None)
+def _enabled(device: torch.device) -> bool:
+    if not _TRITON_HAS_PDL or device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    if os.environ.get("FASTLLM_PDL", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def pdl_launch(device: torch.device) -> dict[str, bool]:
+    """Keyword arguments for a launch of a kernel that takes a ``PDL`` constexpr and calls
+    ``wait_for_inputs(PDL)``: dependent on CUDA devices of compute capability 9.0 or later."""
+    if _enabled(device):
+        return {"PDL": True, "launch_pdl": True}
+    return {"PDL": False}
