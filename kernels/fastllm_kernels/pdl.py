@@ -41,8 +41,8 @@ def wait_for_inputs(PDL: tl.constexpr):
 
 @functools.lru_cache(maxsize=None)
 def _enabled(device: torch.device) -> bool:
-    if not _TRITON_HAS_PDL or device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
-        return False
+    if not _TRITON_HAS_PDL or device.type != "cuda" or torch.version.hip or os.environ.get("TRITON_INTERPRET") == "1":
+        return False  # ROCm reports gfx9 GPUs as capability 9.x too
     if os.environ.get("FASTLLM_PDL", "1") == "0":
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
