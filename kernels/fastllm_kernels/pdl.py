@@ -45,7 +45,9 @@ def _enabled(device: torch.device) -> bool:
         return False  # ROCm reports gfx9 GPUs as capability 9.x too
     if os.environ.get("FASTLLM_PDL", "1") == "0":
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    runtime = tuple(int(part) for part in (torch.version.cuda or "0.0").split(".")[:2])
+    # CUDA graphs keep dependent launches from CUDA 12.3 on
+    return runtime >= (12, 3) and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def pdl_launch(device: torch.device) -> dict[str, bool]:
