@@ -22,6 +22,7 @@ of any size decodes (random, but grammar-valid) text in that tokenizer's vocabul
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import tempfile
@@ -30,6 +31,7 @@ from collections import defaultdict
 from typing import Any, Optional
 
 import xgrammar as xgr
+from torch.profiler import record_function
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.resolve import embedded_model_path
 from fastllm.platforms.transfer import HostCopy
@@ -79,6 +81,7 @@ def params_for(mode: str, specs: list[dict[str, Any]], lengths: list[int], max_t
 
 
 BREAKDOWN = ("step", "device wait", "fill", "mask", "accept")
+NAMED_RANGES = frozenset((*BREAKDOWN, "read", "detokenize", "emit", "schedule", "launch"))
 
 
 class HostTimer:
@@ -89,12 +92,15 @@ class HostTimer:
         self.calls: dict[str, int] = defaultdict(int)
 
     def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        """Also marks each call as a ``record_function`` range, which a profile attributes
+        the device's idle time to (``idle_by_host_range``)."""
         inner = getattr(owner, attribute)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
-                return inner(*args, **kwargs)
+                with record_function(name):
+                    return inner(*args, **kwargs)
             finally:
                 self.seconds[name] += time.perf_counter() - start
                 self.calls[name] += 1
@@ -121,6 +127,10 @@ def time_host(llm: LLM) -> HostTimer:
     timer.wrap(backend.bitmask.filler, "batch_fill_next_token_bitmask", "fill")
     timer.wrap(backend, "apply_bitmask", "mask")
     timer.wrap(backend, "accept_tokens", "accept")
+    engine = llm.engine
+    for owner, attribute in ((engine, "_read"), (engine, "_detokenize"), (engine, "_emit"),
+                             (engine.scheduler, "schedule"), (engine.runner, "launch")):
+        timer.wrap(owner, attribute, attribute.lstrip("_"))
     return timer
 
 
@@ -193,14 +203,47 @@ def profile_modes(llm: LLM, prompts: list[str], specs: list[dict[str, Any]], len
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             row = run_mode(llm, mode, prompts, specs, lengths, max_tokens, timer)
         events = prof.key_averages()
-        busy_ms = sum(e.self_device_time_total for e in events) / 1e3
+        busy_ms = sum(e.self_device_time_total for e in events if e.key not in NAMED_RANGES) / 1e3
         wall_ms = 1e3 * row["elapsed_s"]
         shares[mode] = {"wall_ms": wall_ms, "device_busy_ms": busy_ms, "steps": row["steps"]}
+        idle = idle_by_host_range(prof.events())
+        shares[mode]["device_idle_ms_by_host_range"] = idle
         print(f"profile {mode}: wall {wall_ms:.1f} ms, device busy {busy_ms:.1f} ms "
-              f"({100 * busy_ms / wall_ms:.0f}%), {row['steps']} steps")
+              f"({100 * busy_ms / wall_ms:.0f}%), {row['steps']} steps; device idle (ms) while the host was in: "
+              + ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(idle.items(), key=lambda kv: -kv[1])))
         if mode == "guided":
             print(events.table(sort_by="self_device_time_total", row_limit=12))
     return shares
+
+
+def idle_by_host_range(events: Any) -> dict[str, float]:
+    """Milliseconds the device sat idle (no kernel or copy), split by the innermost timed host
+    range open at the time (``HostTimer`` names; "other" outside all): what the device waited for."""
+    busy, ranges = [], []
+    for event in events:
+        span = (event.time_range.start, event.time_range.end)
+        if event.name in NAMED_RANGES:  # on the device too, where they mark what a range queued
+            if "CPU" in str(event.device_type):
+                ranges.append((*span, event.name))
+        elif "CUDA" in str(event.device_type):
+            busy.append(span)
+    busy.sort()
+    ranges.sort()
+    starts = [r[0] for r in ranges]
+    longest = max((b - a for a, b, _ in ranges), default=0)
+    out: dict[str, float] = defaultdict(float)
+    end = busy[0][1] if busy else 0
+    for start, stop in busy[1:]:
+        if start > end:  # an idle gap [end, start)
+            first = bisect.bisect_left(starts, end - longest)
+            near = [r for r in ranges[first:bisect.bisect_left(starts, start)] if r[1] > end]
+            cuts = sorted({end, start, *(t for a, b, _ in near for t in (a, b) if end < t < start)})
+            for a, b in zip(cuts, cuts[1:]):
+                inside = [r for r in near if r[0] <= a and b <= r[1]]
+                name = min(inside, key=lambda r: r[1] - r[0])[2] if inside else "other"
+                out[name] += (b - a) / 1e3
+        end = max(end, stop)
+    return dict(out)
 
 
 def tokenizer_dir(path: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fastllm.sampling_params import GuidedDecodingParams
 
@@ -43,9 +43,40 @@ def _schema_text(schema: dict | str) -> str:
     try:
         if isinstance(schema, str):
             schema = json.loads(schema)
-        return json.dumps(schema, ensure_ascii=False)
+        return json.dumps(lengths_as_patterns(schema), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the JSON schema is not valid JSON: {exc}") from None
+
+
+# Values that are data, not subschemas: a string schema inside them is left as written.
+_DATA_KEYWORDS = frozenset(("const", "enum", "default", "examples"))
+_LENGTH_KEYWORDS = ("minLength", "maxLength")
+
+
+def lengths_as_patterns(node: Any) -> Any:
+    """``node`` with every plain string schema that bounds its length (``minLength`` /
+    ``maxLength``, no pattern, format, enum or const) rewritten as ``pattern: ^.{min,max}$``.
+
+    Both forms admit the same strings in xgrammar (lengths in code points, no escapes), but
+    xgrammar compiles a length bound into a counted repetition of a one-character rule, whose
+    token masks it must work out token by token while inside the string: 0.4-1.7 ms per row
+    and step on SmolLM2's vocabulary, where the pattern's automaton takes 10-20 us. A batch
+    step waits for its slowest row's mask. The pattern also rejects raw control characters,
+    which JSON forbids and the counted form lets through.
+    """
+    if isinstance(node, list):
+        return [lengths_as_patterns(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: value if key in _DATA_KEYWORDS else lengths_as_patterns(value) for key, value in node.items()}
+    bounds = [node.get(key) for key in _LENGTH_KEYWORDS]
+    if (node.get("type") == "string" and any(type(b) is int for b in bounds)
+            and not any(key in node for key in ("pattern", "format", "enum", "const"))):
+        low, high = bounds
+        for key in _LENGTH_KEYWORDS:
+            out.pop(key, None)
+        out["pattern"] = f"^.{{{low if type(low) is int else 0},{high if type(high) is int else ''}}}$"
+    return out
 
 
 def choice_grammar(choices: list[str]) -> str:

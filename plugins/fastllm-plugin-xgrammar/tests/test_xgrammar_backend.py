@@ -10,6 +10,7 @@ import xgrammar as xgr
 from fastllm import registry
 from fastllm.sampling_params import GuidedDecodingParams
 from fastllm_xgrammar.backend import XGrammarBackend
+from fastllm_xgrammar.specs import grammar_spec
 
 SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}},
           "required": ["b", "a"]}
@@ -69,6 +70,34 @@ def test_json_object_is_an_object_not_any_json(backend):
     assert accepts(backend, dict(json_object=True), '{"a": [1, {"b": null}], "c": "x"}')
     assert not accepts(backend, dict(json_object=True), "[1, 2]")
     assert not accepts(backend, dict(json_object=True), '"text"')
+
+
+def test_length_bounds_become_patterns_where_nothing_else_constrains_the_string():
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 16},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}},
+        "code": {"type": "string", "minLength": 2},
+        "mail": {"type": "string", "maxLength": 30, "format": "email"},
+        "id": {"type": "string", "maxLength": 4, "pattern": "^[0-9]+$"},
+        "fixed": {"const": {"type": "string", "maxLength": 2}}}}
+    props = json.loads(grammar_spec(GuidedDecodingParams(json=schema)).source)["properties"]
+    assert props["name"] == {"type": "string", "pattern": "^.{1,16}$"}
+    assert props["tags"]["items"] == {"type": "string", "pattern": "^.{0,8}$"}
+    assert props["code"] == {"type": "string", "pattern": "^.{2,}$"}
+    for kept in ("mail", "id", "fixed"):  # other constraints on the string, or data
+        assert props[kept] == schema["properties"][kept]
+
+
+@pytest.mark.parametrize("value", ["", "a", "é漢x", "abcd", "漢字漢字", "a\"b", "a\tb", "ok\u0001"])
+def test_a_length_bound_admits_what_json_schema_admits(backend, value):
+    """Lengths count code points; escapes are outside what the grammar writes (as in
+    xgrammar's own form), and raw control characters, which JSON forbids, are refused."""
+    spec = {"type": "string", "minLength": 1, "maxLength": 3}
+    text = json.dumps(value, ensure_ascii=False)
+    expected = 1 <= len(value) <= 3 and not any(c in '"\\' or ord(c) < 32 for c in value)
+    assert accepts(backend, dict(json=spec), text) == expected
+    raw = '"' + value + '"'  # unescaped: a valid string only without quotes or control characters
+    assert accepts(backend, dict(json=spec), raw) == expected
 
 
 def test_registered_under_its_distribution():
