@@ -79,7 +79,7 @@ class LLM:
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
-                                        chat_template_kwargs=chat_template_kwargs)
+                                        chat_template_kwargs=chat_template_kwargs, final_output_only=True)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)

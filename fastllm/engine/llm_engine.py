@@ -11,7 +11,7 @@ import torch
 
 from fastllm import registry
 from fastllm.config import EngineConfig
-from fastllm.engine.detokenizer import IncrementalDetokenizer
+from fastllm.engine.detokenizer import new_detokenizer
 from fastllm.engine.grammars import advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
@@ -147,8 +147,10 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
-                    chat_template_kwargs: Optional[dict[str, Any]] = None) -> None:
-        """Queue a request; raises RequestError (and queues nothing) when the input is bad."""
+                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False) -> None:
+        """Queue a request; raises RequestError (and queues nothing) when the input is bad.
+        ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
+        generation), instead of after every step that advanced it (streaming)."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
         if prompt_token_ids is None:
@@ -173,13 +175,14 @@ class LLMEngine:
                 seq.seed = params.seed + index
             if compiled is not None:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
-            detok = (IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
+            detok = (new_detokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
                      if self.tokenizer is not None else None)
             parser = (self.reasoning_parser_cls(self.tokenizer, enable_thinking=thinking).stream()
                       if self.reasoning_parser_cls else None)
             samples.append(SampleState(seq, detok, parser))
         state = RequestState(request_id, prompt, list(prompt_token_ids), samples,
-                             RequestMetrics(arrival_time=arrival_time or time.time()))
+                             RequestMetrics(arrival_time=arrival_time or time.time()),
+                             final_output_only=final_output_only)
         self.requests[request_id] = state
         for sample in samples:
             if self.speculator is not None:
@@ -245,7 +248,7 @@ class LLMEngine:
             self.in_flight = self._launch(out.scheduled, overlapped=True)
             if previous is not None:
                 touched.update(self._read(previous))
-        return [self._emit(state) for state in touched.values()]
+        return [output for output in map(self._emit, touched.values()) if output is not None]
 
     @staticmethod
     def _samples_need_previous(scheduled: list[ScheduledSequence]) -> bool:
@@ -342,12 +345,17 @@ class LLMEngine:
             if sample.seq.is_finished and not finished:
                 self._release(sample.seq)
 
-    def _emit(self, state: RequestState) -> RequestOutput:
+    def _emit(self, state: RequestState) -> Optional[RequestOutput]:
+        """The request's output; None for a request that wants only its final one and is not
+        done (building an output copies its tokens: O(length) a step for nobody)."""
         if state.finished:
             state.metrics.finished_time = time.time()
             start = state.metrics.inference_start_time or state.metrics.arrival_time
             state.metrics.model_execute_time = state.metrics.finished_time - start
             del self.requests[state.request_id]
+        elif state.final_output_only:
+            state.skip_output()
+            return None
         return state.to_output()
 
     def _draft_room(self) -> Iterator[tuple[Sequence, int]]:

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from fastllm.engine.detokenizer import IncrementalDetokenizer
+from fastllm.engine.detokenizer import Detokenizer
 from fastllm.engine.sequence import Sequence
 from fastllm.engine.stop_strings import find_stop, partial_stop_len
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -17,7 +17,7 @@ class SampleState:
     """Detokenized text and parsed parts of one of the request's samples."""
 
     seq: Sequence
-    detokenizer: Optional[IncrementalDetokenizer]
+    detokenizer: Optional[Detokenizer]
     reasoning_stream: Any = None
     reasoning_content: str = ""
     content: str = ""
@@ -49,6 +49,7 @@ class RequestState:
     error_code: int = 200
     error_msg: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    final_output_only: bool = False
 
     @property
     def num_draft_tokens(self) -> int:
@@ -87,6 +88,11 @@ class RequestState:
         if not sample.seq.is_finished and sample.seq.sampling_params.stop:
             text = text[: len(text) - partial_stop_len(text, sample.seq.sampling_params.stop)]
         return text
+
+    def skip_output(self) -> None:
+        """An output not built still counts in ``send_idx``: it numbers the request's steps."""
+        for sample in self.samples:
+            sample.send_idx += 1
 
     def to_output(self) -> RequestOutput:
         completions = []
