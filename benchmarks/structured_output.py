@@ -30,12 +30,11 @@ import time
 from collections import defaultdict
 from typing import Any, Optional
 
-import xgrammar as xgr
 from torch.profiler import record_function
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.resolve import embedded_model_path
 from fastllm.platforms.transfer import HostCopy
-from fastllm_xgrammar.bitmask import fill_threads
+from fastllm_xgrammar.bitmask import BatchFiller, fill_threads
 
 SHORT = {"type": "string", "minLength": 1, "maxLength": 16}
 SPECS: list[tuple[str, dict[str, Any]]] = [
@@ -124,7 +123,7 @@ def time_host(llm: LLM) -> HostTimer:
     timer, backend = HostTimer(), llm.engine.structured_output
     timer.wrap(llm.engine, "step", "step")
     timer.wrap(HostCopy, "wait", "device wait")
-    timer.wrap(backend.bitmask.filler, "batch_fill_next_token_bitmask", "fill")
+    timer.wrap(backend.bitmask.filler, "fill", "fill")
     timer.wrap(backend, "apply_bitmask", "mask")
     timer.wrap(backend, "accept_tokens", "accept")
     engine = llm.engine
@@ -290,7 +289,7 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--num-gpu-blocks", type=int, default=None, help="KV blocks (default: profiled)")
     parser.add_argument("--fill-threads", type=int, default=None,
-                        help="xgrammar mask-fill threads (default: the backend's, half the cores, at most 8)")
+                        help="most xgrammar mask-fill threads (default: the backend's, half the cores, at most 8)")
     parser.add_argument("--profile", action="store_true",
                         help="then profile one unguided and one guided run (device busy time, kernels)")
     parser.add_argument("--output-json", default="benchmarks/results/structured_output.json")
@@ -302,7 +301,7 @@ def main() -> None:
     prompts, specs = prompts_and_specs(args.num_prompts)
     cold_ms, cached_ms = compile_times(backend, specs)
     threads = args.fill_threads or fill_threads()
-    backend.bitmask.filler = xgr.BatchGrammarMatcher(threads)
+    backend.bitmask.filler = BatchFiller(threads)
     timer = time_host(llm)
 
     guided = llm.generate(prompts, params_for("guided", specs, [0] * len(specs), args.max_tokens), use_tqdm=False)
@@ -316,7 +315,7 @@ def main() -> None:
 
     device = llm.engine.platform.device.type
     print(f"\nstructured outputs on {device}, {model} (async scheduling {llm.engine.overlap}): "
-          f"{args.num_prompts} prompts, {sum(lengths)} output tokens, {threads} fill threads, "
+          f"{args.num_prompts} prompts, {sum(lengths)} output tokens, at most {threads} fill threads, "
           f"best of {args.repeats}; compile {cold_ms:.1f} ms cold, {cached_ms:.3f} ms cached (mean per spec)")
     print_table(best)
     print_breakdown(best)

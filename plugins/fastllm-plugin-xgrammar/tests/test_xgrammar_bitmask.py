@@ -9,6 +9,7 @@ import xgrammar as xgr
 
 from fastllm.sampling_params import GuidedDecodingParams
 from fastllm_xgrammar.backend import XGrammarBackend
+from fastllm_xgrammar.bitmask import BatchFiller
 
 VOCAB = ["a", "b", "c", "ab", "bc", "{", "}", '"', ":", ",", " ", "1", "2", "</s>"]
 STOP = VOCAB.index("</s>")
@@ -123,3 +124,19 @@ def test_accept_reports_termination_and_the_matcher_that_goes_on_masks_as_before
     logits = torch.zeros(1, LOGITS_WIDTH)
     backend.apply_bitmask(logits, [going])
     check_masked(torch.zeros(1, LOGITS_WIDTH), logits, [going])
+
+
+def test_the_fill_takes_threads_as_its_last_fill_time_asks_and_fills_the_same(backend):
+    matchers = matchers_at(backend, ["", "a", "ab", "abc", "ac12", "abc1"] * 4)
+    rows = list(range(len(matchers)))
+    single = xgr.allocate_token_bitmask(len(matchers), LOGITS_WIDTH)
+    xgr.BatchGrammarMatcher(1).batch_fill_next_token_bitmask(matchers, single, rows)
+    filler = BatchFiller(max_threads=2, chunk_s=1e-9)  # any fill is worth every thread
+    assert filler.threads == 1
+    for threads in (2, 2):  # the first fill raised it to the cap, which it keeps
+        mask = xgr.allocate_token_bitmask(len(matchers), LOGITS_WIDTH)
+        filler.fill(matchers, mask, rows)
+        assert filler.threads == threads and torch.equal(mask, single)
+    filler.chunk_s = 10.0  # nothing is: back to one thread
+    filler.fill(matchers, mask, rows)
+    assert filler.threads == 1 and torch.equal(mask, single)
