@@ -24,9 +24,9 @@ class BatchFiller:
     Handing rows to threads costs more than most rows' fill (a few us): on the development
     machine one thread fills 24 such rows in 0.12 ms and two threads take 0.2 ms, and on the
     H100's host eight threads took 0.5 ms a step for ~35 of them. A hard grammar state can take
-    a millisecond a row, where threads pay. So a fill uses
-    one thread per ``chunk_s`` that the previous fill took (at most ``max_threads``): cheap
-    batches settle on one or two threads, a costly one gets them all from its next step on.
+    a millisecond a row, where threads pay. So a fill uses one thread per ``chunk_s`` that the
+    previous fill took (at most ``max_threads``): cheap batches settle on one or two threads, a
+    costly one gets them all from its next step on.
     """
 
     def __init__(self, max_threads: int, chunk_s: float = 2e-4):
