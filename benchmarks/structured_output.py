@@ -8,8 +8,10 @@ Process CPU time is printed beside wall time: on a shared CPU host it is the ste
 
 A second table splits the host time of an engine step: waiting for the device (reading a
 step's tokens), xgrammar's mask fill, the whole masking call (fill, upload and apply), the
-token accept, and the rest (scheduling, launching, detokenizing, outputs). On a GPU the step time is the larger of the forward pass and the host
-work, so a step that is nearly all host time is bound by the host.
+token accept, and the rest (scheduling, launching, detokenizing, outputs). On a GPU the step
+time is the larger of the forward pass and the host work, so a step that is nearly all host time
+is bound by the host. ``--profile`` adds the device's idle time, split by the host range that ran
+meanwhile.
 
     python benchmarks/structured_output.py                      # SmolLM2 on CPU
     python benchmarks/structured_output.py --model llama-3-8b --load-format dummy \

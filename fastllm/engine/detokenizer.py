@@ -73,7 +73,8 @@ def new_detokenizer(tokenizer: Any, prompt_token_ids: list[int], skip_special_to
 
 
 def _decode_stream(tokenizer: Any, seed_ids: list[int], skip_special_tokens: bool) -> Optional[Any]:
-    if getattr(tokenizer, "backend_tokenizer", None) is None or getattr(tokenizer, "clean_up_tokenization_spaces", False):
+    cleans_up = getattr(tokenizer, "clean_up_tokenization_spaces", False)
+    if getattr(tokenizer, "backend_tokenizer", None) is None or cleans_up:
         return None
     try:
         from tokenizers.decoders import DecodeStream
