@@ -55,7 +55,8 @@ _LENGTH_KEYWORDS = ("minLength", "maxLength")
 
 def lengths_as_patterns(node: Any) -> Any:
     """``node`` with every plain string schema that bounds its length (``minLength`` /
-    ``maxLength``, no pattern, format, enum or const) rewritten as ``pattern: ^.{min,max}$``.
+    ``maxLength``, integers, no pattern, format, enum or const) rewritten as
+    ``pattern: ^.{min,max}$``; a malformed bound is left for xgrammar to refuse.
 
     Both forms admit the same strings in xgrammar (lengths in code points, no escapes), but
     xgrammar compiles a length bound into a counted repetition of a one-character rule, whose
@@ -69,13 +70,11 @@ def lengths_as_patterns(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {key: value if key in _DATA_KEYWORDS else lengths_as_patterns(value) for key, value in node.items()}
-    bounds = [node.get(key) for key in _LENGTH_KEYWORDS]
-    if (node.get("type") == "string" and any(type(b) is int for b in bounds)
+    bounds = [node[key] for key in _LENGTH_KEYWORDS if key in node]
+    if (node.get("type") == "string" and bounds and all(type(b) is int for b in bounds)
             and not any(key in node for key in ("pattern", "format", "enum", "const"))):
-        low, high = bounds
-        for key in _LENGTH_KEYWORDS:
-            out.pop(key, None)
-        out["pattern"] = f"^.{{{low if type(low) is int else 0},{high if type(high) is int else ''}}}$"
+        low, high = out.pop("minLength", 0), out.pop("maxLength", "")
+        out["pattern"] = f"^.{{{low},{high}}}$"
     return out
 
 

@@ -79,12 +79,13 @@ def test_length_bounds_become_patterns_where_nothing_else_constrains_the_string(
         "code": {"type": "string", "minLength": 2},
         "mail": {"type": "string", "maxLength": 30, "format": "email"},
         "id": {"type": "string", "maxLength": 4, "pattern": "^[0-9]+$"},
-        "fixed": {"const": {"type": "string", "maxLength": 2}}}}
+        "fixed": {"const": {"type": "string", "maxLength": 2}},
+        "odd": {"type": "string", "minLength": 1, "maxLength": "3"}}}
     props = json.loads(grammar_spec(GuidedDecodingParams(json=schema)).source)["properties"]
     assert props["name"] == {"type": "string", "pattern": "^.{1,16}$"}
     assert props["tags"]["items"] == {"type": "string", "pattern": "^.{0,8}$"}
     assert props["code"] == {"type": "string", "pattern": "^.{2,}$"}
-    for kept in ("mail", "id", "fixed"):  # other constraints on the string, or data
+    for kept in ("mail", "id", "fixed", "odd"):  # other constraints on the string, data, a bad bound
         assert props[kept] == schema["properties"][kept]
 
 
