@@ -23,12 +23,17 @@ from fastllm import LLM, SamplingParams
 
 PREFIX_TOKENS = 32
 TEXT = Path(__file__).parent.parent / "plugins/fastllm-plugin-quant/tests/data/opticks.txt"
+QUESTIONS = Path(__file__).parent / "data/chat_questions.txt"
 
 
 def make_prompts(kind: str, count: int, rng: random.Random) -> list:
-    """``random``: token ids drawn uniformly (4-700 of them), whose continuations are near-flat
+    """``chat``: questions for the instruct model in its chat template, the prompts it is made
+    for; ``random``: token ids drawn uniformly (4-700 of them), whose continuations are near-flat
     distributions where a rounding flips the greedy pick most often; ``text``: passages of 20-3000
-    characters of a real book, to be continued, as most prompts are."""
+    characters of a real book, to be continued."""
+    if kind == "chat":
+        questions = QUESTIONS.read_text().splitlines()
+        return [[{"role": "user", "content": q}] for q in questions[:count]]
     if kind == "random":
         return [{"prompt_token_ids": [rng.randrange(3, 32000) for _ in range(rng.randrange(4, 700))]}
                 for _ in range(count)]
@@ -42,9 +47,11 @@ def greedy(args: argparse.Namespace, backend: str, prompts: list) -> list[list[i
     llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, attention_backend=backend,
               max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, max_num_seqs=args.max_num_seqs,
               seed=0)
-    params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True)
+    # A chat answer ends where the model says so; the other prompts have no natural end.
+    params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=args.prompts != "chat")
     built = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
+    run = llm.chat if args.prompts == "chat" else llm.generate
+    outputs = run(prompts, params, use_tqdm=False)
     print(f"{backend} ({args.dtype}): engine built in {built - start:.1f}s, generated in "
           f"{time.perf_counter() - built:.1f}s", flush=True)
     del llm
@@ -68,7 +75,7 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256,
                         help="1: every step's matmuls have the same shapes in both engines (no batch "
                              "composition or graph padding), so only the attention backends differ")
-    parser.add_argument("--prompts", choices=["random", "text"], default="random")
+    parser.add_argument("--prompts", choices=["chat", "random", "text"], default="chat")
     parser.add_argument("--output-json")
     args = parser.parse_args()
     rng = random.Random(0)

@@ -94,16 +94,16 @@ structured8b)  # an 8B-sized step over SmolLM2's vocabulary: what grammars cost 
     --num-prompts 64 --max-tokens 128 --repeats 2 --max-model-len 1024 --profile \
     --output-json "$OUT/structured_output_8b.json"
   ;;
-equality)  # triton vs torch greedy on SmolLM2's real weights, bf16 then float32 (EQUALITY_DTYPES),
-  # batched, then bf16 on passages of a book and one sequence at a time (same matmul shapes in both)
+equality)  # triton vs torch greedy on SmolLM2's real weights: chat questions in bf16 and float32
+  # (EQUALITY_DTYPES), then bf16 on uniformly random tokens and on passages of a book
   for dtype in ${EQUALITY_DTYPES:-bfloat16 float32}; do
     step equality_$dtype 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
-      --dtype $dtype --output-json "$OUT/equality_$dtype.json"
+      --dtype $dtype --num-prompts 64 --output-json "$OUT/equality_$dtype.json"
   done
-  step equality_bf16_text 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
-    --dtype bfloat16 --prompts text --output-json "$OUT/equality_bf16_text.json"
-  step equality_bf16_serial 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 --load-format $SMOLLM2_FORMAT \
-    --dtype bfloat16 --max-num-seqs 1 --output-json "$OUT/equality_bf16_serial.json"
+  for prompts in random text; do
+    step equality_bf16_$prompts 150 $PY benchmarks/backend_equality.py --model $SMOLLM2 \
+      --load-format $SMOLLM2_FORMAT --dtype bfloat16 --prompts $prompts --output-json "$OUT/equality_bf16_$prompts.json"
+  done
   ;;
 quant)
   # Triton compiles every parametrised variant afresh on a new machine: about a minute of each box

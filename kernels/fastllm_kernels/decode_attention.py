@@ -73,7 +73,7 @@ def _decode_split_kernel(
         k = tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=col_mask[None, :], other=0.0)
         s = tl.dot(q, k.to(q.dtype), input_precision=PRECISION) * scale_log2e
         s = tl.where(col_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))  # an integer: see extend_attention's docstring
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
