@@ -8,9 +8,9 @@ position are visible to every row and run without a mask; only the diagonal part
 
 The online softmax's running max (in log2 units) is rounded up to an integer, so every rescale
 is an exact power of two: the probabilities, rounded to q's dtype for the ``P @ V`` product as
-in FlashAttention, come out the same whichever tile set the max. In 16-bit dtypes the kernels
-then agree with a reference that rounds them once (the torch backend's) up to fp32 summation
-order, instead of differing by a rounding in a quarter of the outputs.
+in FlashAttention, come out the same whichever tile set the max. How the keys are tiled or
+split (in decode, by the batch a sequence runs in) then changes a 16-bit output only through
+fp32 summation order, not by a rounding of its probabilities.
 """
 
 from __future__ import annotations
