@@ -1,6 +1,6 @@
 """Greedy output of one attention backend against another (the ``torch`` reference) on one device.
 
-    python benchmarks/backend_equality.py --model smollm2-135m --load-format dummy --dtype float32
+    python benchmarks/backend_equality.py --model smollm2-135m --load-format dummy --dtype float32 --prompts random
 
 Prints, and writes with ``--output-json``, the share of prompts whose whole greedy output is
 identical and the share whose first 32 tokens are.
@@ -58,12 +58,13 @@ def reordered_scores_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return (probs @ v).to(dtype)
 
 
-def greedy(args: argparse.Namespace, backend: str, prompts: list, reordered: bool = False) -> list[list[int]]:
+def greedy(args: argparse.Namespace, backend: str, prompts: list, max_num_seqs: int,
+           reordered: bool = False) -> list[list[int]]:
     if reordered:
         assert backend == "torch", "--reordered-scores changes the torch backend only"
     start = time.perf_counter()
     llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, attention_backend=backend,
-              max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, max_num_seqs=args.max_num_seqs,
+              max_model_len=args.max_model_len, enforce_eager=args.enforce_eager, max_num_seqs=max_num_seqs,
               seed=0)
     # A chat answer ends where the model says so; the other prompts have no natural end.
     params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=args.prompts != "chat")
@@ -94,6 +95,9 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256,
                         help="1: every step's matmuls have the same shapes in both engines (no batch "
                              "composition or graph padding), so only the attention backends differ")
+    parser.add_argument("--reference-max-num-seqs", type=int, default=None,
+                        help="the reference run's alone; 1 with --reference triton: does a sequence's "
+                             "output depend on the batch it runs in?")
     parser.add_argument("--prompts", choices=["chat", "random", "text"], default="chat")
     parser.add_argument("--reordered-scores", action="store_true",
                         help="--backend torch only: sum its attention scores in another fp32 order")
@@ -101,14 +105,15 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     prompts = make_prompts(args.prompts, args.num_prompts, rng)
-    expected = greedy(args, args.reference, prompts)
-    got = greedy(args, args.backend, prompts, args.reordered_scores)
+    expected = greedy(args, args.reference, prompts, args.reference_max_num_seqs or args.max_num_seqs)
+    got = greedy(args, args.backend, prompts, args.max_num_seqs, args.reordered_scores)
     whole = sum(a == b for a, b in zip(got, expected)) / len(prompts)
     prefix = sum(a[:PREFIX_TOKENS] == b[:PREFIX_TOKENS] for a, b in zip(got, expected)) / len(prompts)
     result = {"model": args.model, "dtype": args.dtype, "backend": args.backend, "reference": args.reference,
               "prompts": len(prompts), "output_len": args.output_len, "identical": whole,
               f"first_{PREFIX_TOKENS}_identical": prefix, "enforce_eager": args.enforce_eager,
-              "max_num_seqs": args.max_num_seqs, "prompts_kind": args.prompts,
+              "max_num_seqs": args.max_num_seqs,
+              "reference_max_num_seqs": args.reference_max_num_seqs or args.max_num_seqs, "prompts_kind": args.prompts,
               "reordered_scores": args.reordered_scores}
     print(json.dumps(result))
     if args.output_json:
