@@ -69,9 +69,8 @@ def greedy(args: argparse.Namespace, backend: str, prompts: list, max_num_seqs: 
     # A chat answer ends where the model says so; the other prompts have no natural end.
     params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=args.prompts != "chat")
     built = time.perf_counter()
-    run = llm.chat if args.prompts == "chat" else llm.generate
     with mock.patch.object(torch_backend, "_attention", reordered_scores_attention) if reordered else nullcontext():
-        outputs = run(prompts, params, use_tqdm=False)
+        outputs = (llm.chat if args.prompts == "chat" else llm.generate)(prompts, params, use_tqdm=False)
     print(f"{backend} ({args.dtype}): engine built in {built - start:.1f}s, generated in "
           f"{time.perf_counter() - built:.1f}s", flush=True)
     del llm

@@ -5,12 +5,6 @@ where a row is a (query token, query head of the group) pair: all heads of a GQA
 each K/V tile, and a short query run (speculative verification, 2..8 tokens) still fills the
 tensor-core tile instead of wasting 15 of 16 rows. Keys at or before the tile's first
 position are visible to every row and run without a mask; only the diagonal part is masked.
-
-The online softmax's running max (in log2 units) is rounded up to an integer, so every rescale
-is an exact power of two: the probabilities, rounded to q's dtype for the ``P @ V`` product as
-in FlashAttention, come out the same whichever tile set the max. How the keys are tiled or
-split (in decode, by the batch a sequence runs in) then changes a 16-bit output only through
-fp32 summation order, not by a rounding of its probabilities.
 """
 
 from __future__ import annotations
@@ -45,8 +39,7 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset,
     s = tl.dot(q, k.to(q.dtype), input_precision=PRECISION) * scale_log2e
     if CAUSAL:
         s = tl.where(cols[None, :] <= row_pos[:, None], s, float("-inf"))
-    # An integer max: see the module's docstring.
-    m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
