@@ -1,6 +1,6 @@
 """Greedy output of one attention backend against another (the ``torch`` reference) on one device.
 
-    python benchmarks/backend_equality.py --model smollm2-135m --load-format dummy --dtype float32 --prompts random
+    python benchmarks/backend_equality.py --model smollm2-135m --load-format dummy --prompts random
 
 Prints, and writes with ``--output-json``, the share of prompts whose whole greedy output is
 identical and the share whose first 32 tokens are.
@@ -53,7 +53,7 @@ def reordered_scores_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """The torch backend's float32 attention with ``q . k`` summed as two half-dimension dots."""
     dtype, group, half = q.dtype, q.shape[-3] // k.shape[-3], q.shape[-1] // 2
     q, k, v = q.float(), k.float().repeat_interleave(group, -3), v.float().repeat_interleave(group, -3)
-    scores = (q[..., :half] @ k[..., :half].transpose(-1, -2) + q[..., half:] @ k[..., half:].transpose(-1, -2))
+    scores = q[..., :half] @ k[..., :half].transpose(-1, -2) + q[..., half:] @ k[..., half:].transpose(-1, -2)
     probs = (scores * scale).masked_fill(~mask, float("-inf")).softmax(-1)
     return (probs @ v).to(dtype)
 
@@ -69,7 +69,8 @@ def greedy(args: argparse.Namespace, backend: str, prompts: list, max_num_seqs: 
     # A chat answer ends where the model says so; the other prompts have no natural end.
     params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=args.prompts != "chat")
     built = time.perf_counter()
-    with mock.patch.object(torch_backend, "_attention", reordered_scores_attention) if reordered else nullcontext():
+    patch = mock.patch.object(torch_backend, "_attention", reordered_scores_attention)
+    with patch if reordered else nullcontext():
         outputs = (llm.chat if args.prompts == "chat" else llm.generate)(prompts, params, use_tqdm=False)
     print(f"{backend} ({args.dtype}): engine built in {built - start:.1f}s, generated in "
           f"{time.perf_counter() - built:.1f}s", flush=True)
@@ -112,8 +113,8 @@ def main() -> None:
               "prompts": len(prompts), "output_len": args.output_len, "identical": whole,
               f"first_{PREFIX_TOKENS}_identical": prefix, "enforce_eager": args.enforce_eager,
               "max_num_seqs": args.max_num_seqs,
-              "reference_max_num_seqs": args.reference_max_num_seqs or args.max_num_seqs, "prompts_kind": args.prompts,
-              "reordered_scores": args.reordered_scores}
+              "reference_max_num_seqs": args.reference_max_num_seqs or args.max_num_seqs,
+              "prompts_kind": args.prompts, "reordered_scores": args.reordered_scores}
     print(json.dumps(result))
     if args.output_json:
         with open(args.output_json, "w") as f:
