@@ -96,16 +96,17 @@ def main() -> None:
                         help="1: every step's matmuls have the same shapes in both engines (no batch "
                              "composition or graph padding), so only the attention backends differ")
     parser.add_argument("--reference-max-num-seqs", type=int, default=None,
-                        help="the reference run's alone; 1 with --reference triton: does a sequence's "
-                             "output depend on the batch it runs in?")
+                        help="the reference run's alone (default: --max-num-seqs); 1 with --reference "
+                             "triton: does a sequence's output depend on the batch it runs in?")
     parser.add_argument("--prompts", choices=["chat", "random", "text"], default="chat")
     parser.add_argument("--reordered-scores", action="store_true",
                         help="--backend torch only: sum its attention scores in another fp32 order")
     parser.add_argument("--output-json")
     args = parser.parse_args()
+    args.reference_max_num_seqs = args.reference_max_num_seqs or args.max_num_seqs
     rng = random.Random(0)
     prompts = make_prompts(args.prompts, args.num_prompts, rng)
-    expected = greedy(args, args.reference, prompts, args.reference_max_num_seqs or args.max_num_seqs)
+    expected = greedy(args, args.reference, prompts, args.reference_max_num_seqs)
     got = greedy(args, args.backend, prompts, args.max_num_seqs, args.reordered_scores)
     whole = sum(a == b for a, b in zip(got, expected)) / len(prompts)
     prefix = sum(a[:PREFIX_TOKENS] == b[:PREFIX_TOKENS] for a, b in zip(got, expected)) / len(prompts)
@@ -113,8 +114,8 @@ def main() -> None:
               "prompts": len(prompts), "output_len": args.output_len, "identical": whole,
               f"first_{PREFIX_TOKENS}_identical": prefix, "enforce_eager": args.enforce_eager,
               "max_num_seqs": args.max_num_seqs,
-              "reference_max_num_seqs": args.reference_max_num_seqs or args.max_num_seqs,
-              "prompts_kind": args.prompts, "reordered_scores": args.reordered_scores}
+              "reference_max_num_seqs": args.reference_max_num_seqs, "prompts_kind": args.prompts,
+              "reordered_scores": args.reordered_scores}
     print(json.dumps(result))
     if args.output_json:
         with open(args.output_json, "w") as f:
