@@ -114,8 +114,8 @@ quant)
   ;;
 quantdecode)  # batch-1 decode of each method, the LM head float and quantized
   step quant 240 $PY benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
-    --num-prompts 256 --methods bf16 weight_only_int8 fp8 nf4 weight_only_int4 fp8+lm_head \
-    weight_only_int4+lm_head nf4+lm_head weight_only_int8+lm_head --out "$OUT/quant_decode.json"
+    --num-prompts 256 --methods ${QUANT_METHODS:-bf16 weight_only_int8 fp8 nf4 weight_only_int4 fp8+lm_head \
+    weight_only_int4+lm_head nf4+lm_head weight_only_int8+lm_head} --out "$OUT/quant_decode.json"
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"

@@ -88,8 +88,10 @@ def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
 
 def measure(args: argparse.Namespace, method: str) -> dict:
     """One engine's numbers; the engine is gone (and its GPU memory free) when this returns."""
+    start = time.perf_counter()
     llm = build(args, method, max_num_seqs=256)
-    row: dict = {"weight_gib": round(weight_bytes(engine_model(llm)) / 2**30, 2)}
+    row: dict = {"load_s": round(time.perf_counter() - start, 1),  # quantizing included
+                 "weight_gib": round(weight_bytes(engine_model(llm)) / 2**30, 2)}
     if method in args.methods:
         row["decode_tok_per_s_batch1"] = round(decode_tokens_per_s(llm, args), 1)
         if args.profile:

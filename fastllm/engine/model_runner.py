@@ -27,6 +27,11 @@ from fastllm.spec_decode.verify import DraftGroup, verify_drafts
 
 logger = logging.getLogger(__name__)
 PROMPT_LOGPROB_CHUNK = 256
+# Online quantizers that weigh weights by their inputs see this many random token ids, in
+# prompts of up to CALIBRATION_LENGTH, once at load (seeded: every tensor-parallel rank runs
+# the same ones, so the layers' collectives pair up).
+CALIBRATION_TOKENS = 4096
+CALIBRATION_LENGTH = 1024
 
 
 class ModelRunner:
@@ -49,10 +54,10 @@ class ModelRunner:
                 self.model = model_cls(hf_config)
         finally:
             torch.set_default_dtype(previous)
-        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head)
-        self.model.eval()
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
+        self.model.eval()
+        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
         self.graphs: Optional[DecodeGraphs] = None
         self.last_sampled: Optional[SampledTokens] = None
 
@@ -100,12 +105,15 @@ class ModelRunner:
             inputs = self._dummy_inputs([(2, 1), (query_len + 1, query_len)])
             self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
 
-    def _dummy_inputs(self, shapes: list[tuple[int, int]]) -> ModelInputs:
-        """A step of sequences given as (context length, new tokens), on consecutive blocks from block 1."""
-        scheduled, next_block = [], 1
+    def _dummy_inputs(self, shapes: list[tuple[int, int]], token_ids: Optional[list[int]] = None) -> ModelInputs:
+        """A step of sequences given as (context length, new tokens), on consecutive blocks from
+        block 1; their tokens are ``token_ids`` one after another, or all 1."""
+        scheduled, next_block, used = [], 1, 0
         for context, new in shapes:
             num_blocks = -(-context // self.block_size)
-            seq = Sequence("dummy", 0, [1] * context, SamplingParams(), frozenset(), context)
+            ids = [1] * context if token_ids is None else token_ids[used:used + context]
+            used += context
+            seq = Sequence("dummy", 0, ids, SamplingParams(), frozenset(), context)
             seq.block_table = list(range(next_block, next_block + num_blocks))
             seq.num_computed_tokens = context - new
             next_block += num_blocks
@@ -225,18 +233,35 @@ class ModelRunner:
             results[seq.seq_id].prompt_logprobs = entries
             results[seq.seq_id].prompt_logprobs_start = 0 if start == 0 else start + 1
 
-    # ---- memory profiling -------------------------------------------------------------------
+    # ---- prefills outside serving ------------------------------------------------------------
     @torch.inference_mode()
     def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
         """Run the largest prefill batch once, with a throw-away cache, and report peak memory."""
         lengths = [max_model_len] * (num_tokens // max_model_len)
         if num_tokens % max_model_len:
             lengths.append(num_tokens % max_model_len)
-        self._allocate_caches(sum(-(-n // self.block_size) for n in lengths) + 1)
-        inputs = self._dummy_inputs([(n, n) for n in lengths])
-        hidden = self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        hidden = self._throwaway_prefill(lengths)
         self.model.compute_logits(hidden[: max_num_seqs])
         self.platform.synchronize()
-        peak = torch.cuda.max_memory_allocated() if self.device.type == "cuda" else 0
-        self.kv_caches = []
-        return peak
+        return torch.cuda.max_memory_allocated() if self.device.type == "cuda" else 0
+
+    @torch.inference_mode()
+    def run_random_tokens(self) -> None:
+        """The online calibration (``Quantizer.observes_inputs``): random token ids through the
+        model as loaded, before it is quantized. Which input channels are loud is a property of
+        the weights (the residual stream's outlier channels, the norms' gains), not of the text."""
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(self.hf_config.vocab_size, (CALIBRATION_TOKENS,), generator=generator).tolist()
+        length = min(CALIBRATION_LENGTH, getattr(self.hf_config, "max_position_embeddings", CALIBRATION_LENGTH))
+        self._throwaway_prefill([length] * (CALIBRATION_TOKENS // length), ids)
+
+    def _throwaway_prefill(self, lengths: list[int], token_ids: Optional[list[int]] = None) -> torch.Tensor:
+        """Hidden states of prompts of ``lengths``, run in a cache of their own: the serving cache,
+        if there is one yet, is left as it was."""
+        serving = self.kv_caches, self.num_blocks
+        self._allocate_caches(sum(-(-n // self.block_size) for n in lengths) + 1)
+        try:
+            inputs = self._dummy_inputs([(n, n) for n in lengths], token_ids)
+            return self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        finally:
+            self.kv_caches, self.num_blocks = serving

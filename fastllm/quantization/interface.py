@@ -9,8 +9,11 @@ The runner knows quantization only through this contract:
 2. ``prepare_model(model)`` runs after the model is built and before its weights load; for a
    pre-quantized checkpoint it swaps each linear layer for a module whose weight loaders take
    the checkpoint's packed tensors.
-3. ``quantize_model(model)`` runs after the weights load: online methods swap the float
-   linear layers for quantized ones; pre-quantized modules are checked and repacked.
+3. ``quantize_model(model, calibrate)`` runs after the weights load: online methods swap the
+   float linear layers for quantized ones; pre-quantized modules are checked and repacked.
+   Offline tools pass their calibration text as ``calibrate``. Online, a method that sets
+   ``observes_inputs`` gets one from the runner that runs random token ids through the float
+   model: enough to tell how loud each input channel is, with no text from the user.
 
 ``checkpoint_config_to_save()`` is what ``fastllm quantize`` writes as ``quantization_config``
 so that the written directory loads through step 2 with no flag.
@@ -37,6 +40,7 @@ class Quantizer:
     """
 
     name: str = ""
+    observes_inputs: bool = False  # online: quantize_model gets the runner's random-token calibration
 
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         self.checkpoint_config = checkpoint_config
@@ -51,7 +55,8 @@ class Quantizer:
             replace_linear_layers(model, lambda name, layer: self.checkpoint_layer(layer))
 
     def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
-        """``calibrate`` is given by offline tools only; online quantization never calibrates."""
+        """``calibrate`` runs calibration tokens through the float model: offline tools' text, or
+        online, for methods that set ``observes_inputs``, random token ids."""
         if self.prequantized:
             replace_linear_layers(model, lambda name, module: module.finish_loading(name), QuantizedLinear)
         else:

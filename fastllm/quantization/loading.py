@@ -12,7 +12,7 @@ from typing import Any, Optional
 import torch.nn as nn
 
 from fastllm import registry
-from fastllm.quantization.interface import Quantizer
+from fastllm.quantization.interface import Calibration, Quantizer
 from fastllm.quantization.linear import CheckpointLayoutError
 from fastllm.quantization.lm_head import quantize_lm_head
 
@@ -49,9 +49,10 @@ def weight_bytes(model: nn.Module) -> int:
 
 
 def load_weights(loader: Any, model_path: str, model: nn.Module, quantizer: Optional[Quantizer],
-                 lm_head: bool = False) -> None:
+                 lm_head: bool = False, calibrate: Optional[Calibration] = None) -> None:
     """Fill ``model`` from ``model_path`` and quantize it (``lm_head``: its LM head in int8, see
-    ``quantize_lm_head``); logs weight bytes before and after."""
+    ``quantize_lm_head``; ``calibrate``: the runner's, for methods that observe their inputs);
+    logs weight bytes before and after."""
     before = weight_bytes(model)
     if quantizer is not None:
         quantizer.prepare_model(model)
@@ -63,7 +64,7 @@ def load_weights(loader: Any, model_path: str, model: nn.Module, quantizer: Opti
         raise CheckpointLayoutError(f"the checkpoint's tensors do not match its declared quantization "
                                     f"{quantizer.name!r}: {exc}") from exc
     if quantizer is not None:
-        quantizer.quantize_model(model)
+        quantizer.quantize_model(model, calibrate if quantizer.observes_inputs else None)
     if lm_head:
         quantize_lm_head(model)
     applied = "+".join(([quantizer.name] if quantizer is not None else []) + (["lm_head_int8"] if lm_head else []))

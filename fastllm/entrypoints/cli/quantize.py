@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import Any
 
 import torch
 
@@ -35,24 +36,30 @@ def run(args: argparse.Namespace) -> int:
     if checkpoint_quantization(engine.hf_config) is not None:
         raise SystemExit(f"{args.input} is already quantized; quantize its float original instead")
 
-    def calibrate() -> None:
+    def calibrate_on_text() -> None:
         prompts = calibration_prompts(engine.tokenizer, args.tokenids_path, CALIBRATION_CHUNK - 1)
         llm.generate([{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1), use_tqdm=False)
 
-    model = engine_model(llm)
-    quantizer.quantize_model(model, calibrate)
-    save_quantized(model, engine.hf_config, engine.tokenizer, quantizer, args.output, DTYPES[args.dtype])
+    runner = engine_runner(llm)
+    # Online methods without --tokenids-path see what loading with quantization=NAME sees: the same codes.
+    random_tokens = quantizer.observes_inputs and args.tokenids_path is None
+    quantizer.quantize_model(runner.model, runner.run_random_tokens if random_tokens else calibrate_on_text)
+    save_quantized(runner.model, engine.hf_config, engine.tokenizer, quantizer, args.output, DTYPES[args.dtype])
     logger.info("wrote %s (%s, non-quantized tensors in %s)", args.output, quantizer.name, args.dtype)
     return 0
 
 
-def engine_model(llm: LLM) -> torch.nn.Module:
-    """The model of a single-process engine (quantization happens in the process that holds it)."""
+def engine_runner(llm: LLM) -> Any:
+    """The model runner of a single-process engine (quantization happens in the process that holds it)."""
     executor = llm.engine.runner
     runner = getattr(executor, "runner", executor)
     if not hasattr(runner, "model"):
         raise SystemExit("fastllm quantize runs with tensor_parallel_size=1 only")
-    return runner.model
+    return runner
+
+
+def engine_model(llm: LLM) -> torch.nn.Module:
+    return engine_runner(llm).model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,5 +77,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--act-order", dest="act_order", action="store_true",
                         help="gptq: quantize the most active input channels first")
     parser.add_argument("--tokenids-path", "--tokenids_path", "-token", dest="tokenids_path", default=None,
-                        help="calibration token ids, whitespace separated (default: a built-in text)")
+                        help="calibration token ids, whitespace separated (default: a built-in text; "
+                             "random token ids, as at load, for weight_only_int4 and nf4)")
     parser.set_defaults(func=run)

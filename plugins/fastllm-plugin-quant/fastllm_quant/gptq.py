@@ -27,6 +27,7 @@ from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec
 
 from fastllm_quant.int4 import Int4Linear
+from fastllm_quant.loudness import relative_loudness
 from fastllm_quant.scale_search import fit_affine
 
 BLOCK_SIZE = 128
@@ -67,8 +68,7 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, group_size: int, 
         raise ValueError(f"group_size {group_size} does not divide {k} input features")
     block = max(BLOCK_SIZE // group_size, 1) * group_size  # a group never straddles two blocks
     columns = weight.float().t().contiguous()  # [K, N]: one input column per row, updated in place
-    diagonal = hessian.diagonal().float()
-    loudness = (diagonal / diagonal.mean().clamp(min=1e-30)).clamp(min=1e-6)  # a dead group still fits
+    loudness = relative_loudness(hessian.diagonal())
     perm: Optional[torch.Tensor] = None
     scales = zeros = None
     if act_order:

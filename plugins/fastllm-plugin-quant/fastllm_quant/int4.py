@@ -1,6 +1,7 @@
 """``weight_only_int4``: W4A16, asymmetric int4 with a scale and zero point per group of 128 inputs.
 
 The group size is the ``group_size`` option (``quantization_config`` for saved checkpoints).
+Online, each group's fit weighs its weights by their inputs' loudness (``loudness``).
 
 The same module runs AWQ and GPTQ checkpoints once they are repacked (``checkpoint_int4``).
 """
@@ -13,21 +14,26 @@ import torch
 from fastllm_kernels.quant import int4_linear, pack_int4
 
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
+from fastllm.quantization import LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
+from fastllm_quant.loudness import InputAwareQuantizer
 from fastllm_quant.scale_search import by_row_slices, fit_affine
 
 DEFAULT_GROUP_SIZE = 128
 
 
-def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_int4(weight: torch.Tensor, group_size: int, loudness: Optional[torch.Tensor] = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``[N, K]`` float -> (codes 0..15 ``[N, K]``, scales, zeros ``[N, K/group]``), w ~ (q - z) * s.
 
-    Scale and (real-valued) zero point are searched per group for the lowest weight error.
+    Scale and (real-valued) zero point are searched per group for the lowest weight error,
+    each weight's error weighted by its input's ``loudness`` ``[K]`` where given.
     """
+    weights = None if loudness is None else loudness.to(weight.device).unflatten(0, (-1, group_size))
+
     def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        codes, scales, zeros = fit_affine(rows.float().unflatten(1, (-1, group_size)), 15)
+        codes, scales, zeros = fit_affine(rows.float().unflatten(1, (-1, group_size)), 15, weights)
         return codes.flatten(1).to(torch.uint8), scales, zeros
 
     return by_row_slices(weight, fit)
@@ -56,10 +62,10 @@ class Int4Linear(QuantizedLinear):
         return self
 
     @classmethod
-    def from_float(cls, layer: LinearBase, group_size: int) -> "Int4Linear":
+    def from_float(cls, layer: LinearBase, group_size: int, loudness: Optional[torch.Tensor] = None) -> "Int4Linear":
         module = cls(LinearSpec.of(layer), group_size)
         module.copy_bias(layer)
-        return module.set_weights(*quantize_int4(layer.weight.data, module.group_size))
+        return module.set_weights(*quantize_int4(layer.weight.data, module.group_size, loudness))
 
     def apply_weights(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_perm is not None:
@@ -70,15 +76,15 @@ class Int4Linear(QuantizedLinear):
         return f"{super().extra_repr()}, group_size={self.group_size}"
 
 
-class WeightOnlyInt4Quantizer(Quantizer):
+class WeightOnlyInt4Quantizer(InputAwareQuantizer):
     name = "weight_only_int4"
 
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
         self.group_size = option(self, "group_size", DEFAULT_GROUP_SIZE)
 
-    def quantize_layer(self, layer: LinearBase) -> Int4Linear:
-        return Int4Linear.from_float(layer, self.group_size)
+    def quantize_layer(self, layer: LinearBase, loudness: Optional[torch.Tensor] = None) -> Int4Linear:
+        return Int4Linear.from_float(layer, self.group_size, loudness)
 
     def checkpoint_layer(self, layer: LinearBase) -> Int4Linear:
         return Int4Linear(LinearSpec.of(layer), self.group_size)

@@ -1,7 +1,8 @@
 """``nf4`` (alias ``ifq_nf4``): W4A16 NormalFloat4, absmax per block of 64 inputs (QLoRA's format).
 
 The 16 codes are quantiles of a normal distribution, so normally distributed weights spend
-the codes where the weights are: better accuracy than uniform int4 at the same bytes.
+the codes where the weights are: better accuracy than uniform int4 at the same bytes. Online,
+each block's scale fit weighs its weights by their inputs' loudness (``loudness``).
 """
 
 from __future__ import annotations
@@ -12,27 +13,31 @@ import torch
 from fastllm_kernels.quant import NF4_CODES, nf4_linear, pack_int4
 
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
+from fastllm.quantization import LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
+from fastllm_quant.loudness import InputAwareQuantizer
 from fastllm_quant.scale_search import by_row_slices, fit_scale
 
 DEFAULT_BLOCK_SIZE = 64
 
 
-def quantize_nf4(weight: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_nf4(weight: torch.Tensor, block_size: int, loudness: Optional[torch.Tensor] = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``[N, K]`` float -> (codes ``[N, K]``, scales ``[N, K/block]``): nearest NF4 codes.
 
     The scale (stored as ``absmax``, its name in QLoRA's format) starts at the block's absmax
-    and is refitted for the lowest weight error; shrinking it to clip the largest weights
-    lowers that error but costs perplexity, so no smaller start is tried.
+    and is refitted for the lowest weight error, each weight's error weighted by its input's
+    ``loudness`` ``[K]`` where given; shrinking it to clip the largest weights lowers that error
+    but costs perplexity, so no smaller start is tried.
     """
     codebook = torch.tensor(NF4_CODES, device=weight.device)
     midpoints = (codebook[1:] + codebook[:-1]) / 2
+    weights = None if loudness is None else loudness.to(weight.device).unflatten(0, (-1, block_size))
 
     def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w = rows.float().unflatten(1, (-1, block_size))
-        scales = fit_scale(w, lambda x: codebook[torch.bucketize(x, midpoints)], 1.0, (1.0,))
+        scales = fit_scale(w, lambda x: codebook[torch.bucketize(x, midpoints)], 1.0, (1.0,), weights)
         return torch.bucketize(w / scales, midpoints).flatten(1).to(torch.uint8), scales.squeeze(-1)
 
     return by_row_slices(weight, fit)
@@ -49,10 +54,10 @@ class Nf4Linear(QuantizedLinear):
         self.add_tensor("absmax", spec.empty(blocks))
 
     @classmethod
-    def from_float(cls, layer: LinearBase, block_size: int) -> "Nf4Linear":
+    def from_float(cls, layer: LinearBase, block_size: int, loudness: Optional[torch.Tensor] = None) -> "Nf4Linear":
         module = cls(LinearSpec.of(layer), block_size)
         module.copy_bias(layer)
-        codes, scales = quantize_nf4(layer.weight.data, module.block_size)
+        codes, scales = quantize_nf4(layer.weight.data, module.block_size, loudness)
         module.qweight.data.copy_(pack_int4(codes))
         module.absmax.data.copy_(scales)
         return module
@@ -64,15 +69,15 @@ class Nf4Linear(QuantizedLinear):
         return f"{super().extra_repr()}, block_size={self.block_size}"
 
 
-class Nf4Quantizer(Quantizer):
+class Nf4Quantizer(InputAwareQuantizer):
     name = "nf4"
 
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
         self.block_size = option(self, "block_size", DEFAULT_BLOCK_SIZE)
 
-    def quantize_layer(self, layer: LinearBase) -> Nf4Linear:
-        return Nf4Linear.from_float(layer, self.block_size)
+    def quantize_layer(self, layer: LinearBase, loudness: Optional[torch.Tensor] = None) -> Nf4Linear:
+        return Nf4Linear.from_float(layer, self.block_size, loudness)
 
     def checkpoint_layer(self, layer: LinearBase) -> Nf4Linear:
         return Nf4Linear(LinearSpec.of(layer), self.block_size)

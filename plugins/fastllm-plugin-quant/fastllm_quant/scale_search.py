@@ -76,13 +76,14 @@ def affine_codes(w: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, lev
 
 
 def fit_scale(w: torch.Tensor, nearest: Callable[[torch.Tensor], torch.Tensor], grid_max: float,
-              factors: tuple[float, ...]) -> torch.Tensor:
+              factors: tuple[float, ...], weights: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Groups ``[..., group]`` -> scales ``[..., 1]`` for ``w ~ nearest(w / s) * s``.
 
     ``nearest`` rounds to a symmetric grid whose largest value is ``grid_max`` (a codebook,
     float8); candidates start from ``absmax / grid_max * factor``, refitted by least squares.
+    ``weights`` as in ``fit_affine``.
     """
-    a = importance(w)
+    a = importance(w) if weights is None else importance(w) * weights
     start = w.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / grid_max
     sum_ww = (a * w * w).sum(-1, keepdim=True)
     best = None

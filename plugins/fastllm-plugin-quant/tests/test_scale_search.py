@@ -3,7 +3,8 @@
 Weights are Gaussian and heavy-tailed (Student t, 3 degrees of freedom: a few large
 outliers per group, as in real checkpoints). The search minimises an importance-weighted
 error (``scale_search.importance``): on that error every group must come out no worse than
-with the plain scale, and on the plain squared error the total must be clearly lower.
+with the plain scale, and on the plain squared error the total must be clearly lower. Given
+the inputs' loudness, the 4-bit fits must lower the error of the layer's output.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from fastllm_kernels.quant import NF4_CODES
 
 from fastllm_quant.fp8 import quantize_fp8_rows, quantize_fp8_weight
 from fastllm_quant.int4 import quantize_int4
+from fastllm_quant.loudness import relative_loudness
 from fastllm_quant.nf4 import quantize_nf4
 from fastllm_quant.scale_search import importance
 
@@ -57,6 +59,10 @@ def dequantize_int4(codes, scales, zeros, group):
     return ((codes.float().unflatten(1, (-1, group)) - zeros[..., None]) * scales[..., None]).flatten(1)
 
 
+def dequantize_nf4(codes, scales, group):
+    return (CODEBOOK[codes.long()].unflatten(1, (-1, group)) * scales[..., None]).flatten(1)
+
+
 @pytest.mark.parametrize("kind", ["normal", "heavy_tailed"])
 @pytest.mark.parametrize("group", [32, 128])
 def test_int4_search_beats_min_max(kind, group):
@@ -73,8 +79,7 @@ def test_nf4_search_beats_absmax(kind, group):
     weight = random_weight(kind)
     codes, scales = quantize_nf4(weight, group)
     assert codes.dtype == torch.uint8 and int(codes.max()) <= 15
-    dequantized = (CODEBOOK[codes.long()].unflatten(1, (-1, group)) * scales[..., None]).flatten(1)
-    assert_better(weight, dequantized, absmax_nf4(weight, group), group, 0.99)
+    assert_better(weight, dequantize_nf4(codes, scales, group), absmax_nf4(weight, group), group, 0.99)
 
 
 @pytest.mark.parametrize("kind", ["normal", "heavy_tailed"])
@@ -95,4 +100,27 @@ def test_constant_and_zero_groups_stay_exact():
     assert torch.allclose(dequantize_int4(codes, scales, zeros, 32), weight, atol=1e-5)
     assert zeros.abs().max() < 65504  # representable in fp16 checkpoints
     codes, scales = quantize_nf4(weight, 32)
-    assert torch.allclose((CODEBOOK[codes.long()].unflatten(1, (-1, 32)) * scales[..., None]).flatten(1), weight)
+    assert torch.allclose(dequantize_nf4(codes, scales, 32), weight)
+
+
+@pytest.mark.parametrize("method, group, bound", [("int4", 32, 0.6), ("int4", 128, 0.8), ("nf4", 32, 0.85),
+                                                  ("nf4", 64, 0.9)])
+def test_loud_inputs_lower_the_output_error(method, group, bound):
+    """Inputs where one channel in 16 is 8x louder (the residual stream's outliers): fits weighted
+    by the measured loudness cut the output error ``|X (W_q - W)^T|^2`` (measured 0.42 / 0.66 for
+    int4, 0.75 / 0.83 for nf4, of the unweighted fits')."""
+    weight = random_weight("heavy_tailed")
+    gen = torch.Generator().manual_seed(1)
+    gain = torch.ones(weight.shape[1])
+    gain[torch.randperm(weight.shape[1], generator=gen)[:weight.shape[1] // 16]] = 8.0
+    x = torch.randn(1024, weight.shape[1], generator=gen) * gain
+    loudness = relative_loudness(x.square().mean(0))
+
+    def output_error(loudness):
+        if method == "int4":
+            dequantized = dequantize_int4(*quantize_int4(weight, group, loudness), group)
+        else:
+            dequantized = dequantize_nf4(*quantize_nf4(weight, group, loudness), group)
+        return (x @ (dequantized - weight).t()).square().sum()
+
+    assert output_error(loudness) < bound * output_error(None)

@@ -1,0 +1,74 @@
+"""How loud each linear layer's input channels are: their mean squares over a calibration run.
+
+A weight's rounding error reaches the layer's output multiplied by its input, so the error that
+matters is each weight's squared error times its input's mean square (the diagonal of GPTQ's
+Hessian; llama.cpp's importance matrix). Group scales fitted under those weights spend the grid
+on the weights that meet loud inputs. Which channels are loud comes from the model itself (the
+residual stream's outlier channels, the norms' gains), so online the runner's random token ids
+do: on SmolLM2, round-to-nearest int4 over groups of 128 loses 27% perplexity with unweighted
+fits and 7% with loudness from 2,048 random tokens (8% from the built-in calibration text).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from fastllm.layers.linear import LinearBase
+from fastllm.quantization import Calibration, Quantizer, replace_linear_layers
+
+logger = logging.getLogger("fastllm")
+SILENT = 1e-6  # floor of a channel's relative loudness: a group of silent inputs still gets a fit
+
+
+def relative_loudness(mean_square: torch.Tensor) -> torch.Tensor:
+    """Per-channel mean squares scaled to mean 1 (only their ratios weigh the fits)."""
+    return (mean_square.float() / mean_square.float().mean().clamp(min=1e-30)).clamp(min=SILENT)
+
+
+@torch.no_grad()
+def input_loudness(model: nn.Module, calibrate: Calibration) -> dict[str, torch.Tensor]:
+    """Qualified name of each linear layer ``calibrate`` reaches -> its inputs' relative loudness."""
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+
+    def observer(name: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            x = args[0].reshape(-1, args[0].shape[-1]).float()
+            sums[name] = sums[name] + x.square().sum(0) if name in sums else x.square().sum(0)
+            counts[name] = counts.get(name, 0) + x.shape[0]
+        return hook
+
+    handles = [module.register_forward_pre_hook(observer(name)) for name, module in model.named_modules()
+               if isinstance(module, LinearBase)]
+    try:
+        calibrate()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: relative_loudness(total / counts[name]) for name, total in sums.items()}
+
+
+class InputAwareQuantizer(Quantizer):
+    """An online method whose scale fits weigh each weight by its input's loudness, when the
+    runner (or an offline tool) gives a calibration; without one, every input counts alike."""
+
+    observes_inputs = True
+
+    def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
+        if self.prequantized or calibrate is None:
+            super().quantize_model(model)
+            return
+        start = time.perf_counter()
+        loudness = input_loudness(model, calibrate)
+        logger.info("%s: input loudness of %d linear layers in %.1f s", self.name, len(loudness),
+                    time.perf_counter() - start)
+        replace_linear_layers(model, lambda name, layer: self.quantize_layer(layer, loudness.get(name)))
+
+    def quantize_layer(self, layer: LinearBase, loudness: Optional[torch.Tensor] = None) -> nn.Module:
+        """``loudness [input features]``: the relative mean square of each input, or None."""
+        raise NotImplementedError
