@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-sq", "--smooth-alpha", dest="sq", type=float, default=None,
                         help="SmoothQuant migration strength in [0, 1] (default 0.8)")
     parser.add_argument("--group-size", dest="group_size", type=int, default=None,
-                        help="weight_only_int4 / gptq: inputs per scale, a power of two (default 128)")
+                        help="weight_only_int4 / gptq: inputs per scale, a power of two (default 64 / 128)")
     parser.add_argument("--act-order", dest="act_order", action="store_true",
                         help="gptq: quantize the most active input channels first")
     parser.add_argument("--tokenids-path", "--tokenids_path", "-token", dest="tokenids_path", default=None,

@@ -28,7 +28,7 @@ from fastllm.quantization.linear import CheckpointLayoutError
 
 from fastllm_quant.common import option, require
 from fastllm_quant.gptq import gptq_linear
-from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, Int4Linear, WeightOnlyInt4Quantizer
+from fastllm_quant.int4 import Int4Linear, WeightOnlyInt4Quantizer
 from fastllm_quant.sequential import quantize_sequentially
 
 SEQUENTIAL = (0, 1, 2, 3, 4, 5, 6, 7)
@@ -103,6 +103,9 @@ class PackedInt4CheckpointLinear(QuantizedLinear):
         return perm
 
 
+CHECKPOINT_GROUP_SIZE = 128  # AutoGPTQ's and AutoAWQ's default, for configs that leave it out
+
+
 class _Int4CheckpointQuantizer(Quantizer):
     """Shared by AWQ and GPTQ: 4-bit only, read from checkpoints (they are calibrated offline)."""
 
@@ -112,7 +115,7 @@ class _Int4CheckpointQuantizer(Quantizer):
         super().__init__(checkpoint_config, **options)
         config = checkpoint_config or {}
         require(config, "bits", 4, self.name)
-        self.group_size = option(self, "group_size", DEFAULT_GROUP_SIZE)
+        self.group_size = option(self, "group_size", CHECKPOINT_GROUP_SIZE)
 
     def zero_offset(self) -> int:
         return 0
