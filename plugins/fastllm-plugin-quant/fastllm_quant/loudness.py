@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -32,16 +32,13 @@ def relative_loudness(mean_square: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def input_loudness(model: nn.Module, calibrate: Calibration) -> dict[str, torch.Tensor]:
-    """Qualified name of each linear layer ``calibrate`` reaches -> its inputs' relative loudness."""
-    sums: dict[str, torch.Tensor] = {}
-    counts: dict[str, int] = {}
-
+def observe_linear_inputs(model: nn.Module, calibrate: Calibration,
+                          observe: Callable[[str, torch.Tensor], None]) -> None:
+    """Run ``calibrate`` with ``observe(qualified name, inputs [tokens, features])`` called on
+    every linear layer's inputs."""
     def observer(name: str):
         def hook(module: nn.Module, args: tuple) -> None:
-            x = args[0].reshape(-1, args[0].shape[-1]).float()
-            sums[name] = sums[name] + x.square().sum(0) if name in sums else x.square().sum(0)
-            counts[name] = counts.get(name, 0) + x.shape[0]
+            observe(name, args[0].detach().reshape(-1, args[0].shape[-1]))
         return hook
 
     handles = [module.register_forward_pre_hook(observer(name)) for name, module in model.named_modules()
@@ -51,6 +48,19 @@ def input_loudness(model: nn.Module, calibrate: Calibration) -> dict[str, torch.
     finally:
         for handle in handles:
             handle.remove()
+
+
+def input_loudness(model: nn.Module, calibrate: Calibration) -> dict[str, torch.Tensor]:
+    """Qualified name of each linear layer ``calibrate`` reaches -> its inputs' relative loudness."""
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+
+    def observe(name: str, x: torch.Tensor) -> None:
+        squares = x.float().square().sum(0)
+        sums[name] = sums[name] + squares if name in sums else squares
+        counts[name] = counts.get(name, 0) + x.shape[0]
+
+    observe_linear_inputs(model, calibrate, observe)
     return {name: relative_loudness(total / counts[name]) for name, total in sums.items()}
 
 

@@ -18,6 +18,7 @@ from fastllm.layers.linear import LinearBase
 from fastllm.quantization import Calibration, LinearSpec, QuantizedLinear, Quantizer, replace_linear_layers
 
 from fastllm_quant.int8 import quantize_int8
+from fastllm_quant.loudness import observe_linear_inputs
 
 DEFAULT_ALPHA = 0.8  # the seed's default for Llama
 
@@ -68,22 +69,14 @@ class SmoothQuantLinear(QuantizedLinear):
 
 
 def observe_input_absmax(model: nn.Module, calibrate: Calibration) -> dict[str, torch.Tensor]:
-    """Run ``calibrate`` with hooks that keep each linear layer's per-input-channel max |x|."""
+    """Run ``calibrate`` and keep each linear layer's per-input-channel max |x|."""
     absmax: dict[str, torch.Tensor] = {}
 
-    def observer(name: str):
-        def hook(module: nn.Module, args: tuple) -> None:
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0).float()
-            absmax[name] = torch.maximum(absmax[name], x) if name in absmax else x
-        return hook
+    def observe(name: str, x: torch.Tensor) -> None:
+        peak = x.abs().amax(dim=0).float()
+        absmax[name] = torch.maximum(absmax[name], peak) if name in absmax else peak
 
-    handles = [module.register_forward_pre_hook(observer(name)) for name, module in model.named_modules()
-               if isinstance(module, LinearBase)]
-    try:
-        calibrate()
-    finally:
-        for handle in handles:
-            handle.remove()
+    observe_linear_inputs(model, calibrate, observe)
     return absmax
 
 
