@@ -59,6 +59,7 @@ def engine_runner(llm: LLM) -> Any:
 
 
 def engine_model(llm: LLM) -> torch.nn.Module:
+    """The model of a single-process engine."""
     return engine_runner(llm).model
 
 
