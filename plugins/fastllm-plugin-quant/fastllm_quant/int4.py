@@ -19,7 +19,7 @@ from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
-from fastllm_quant.loudness import InputAwareQuantizer
+from fastllm_quant.loudness import InputAwareQuantizer, per_group
 from fastllm_quant.scale_search import by_row_slices, fit_affine
 
 DEFAULT_GROUP_SIZE = 64
@@ -32,7 +32,7 @@ def quantize_int4(weight: torch.Tensor, group_size: int, loudness: Optional[torc
     Scale and (real-valued) zero point are searched per group for the lowest weight error,
     each weight's error weighted by its input's ``loudness`` ``[K]`` where given.
     """
-    weights = None if loudness is None else loudness.to(weight.device).unflatten(0, (-1, group_size))
+    weights = per_group(loudness, group_size, weight.device)
 
     def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         codes, scales, zeros = fit_affine(rows.float().unflatten(1, (-1, group_size)), 15, weights)

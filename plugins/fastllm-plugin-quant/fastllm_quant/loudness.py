@@ -31,6 +31,11 @@ def relative_loudness(mean_square: torch.Tensor) -> torch.Tensor:
     return (mean_square.float() / mean_square.float().mean().clamp(min=1e-30)).clamp(min=SILENT)
 
 
+def per_group(loudness: Optional[torch.Tensor], group_size: int, device: torch.device) -> Optional[torch.Tensor]:
+    """``[K]`` loudness -> ``[K / group, group]``, to weigh the fits of ``[..., K / group, group]`` groups."""
+    return None if loudness is None else loudness.to(device).unflatten(0, (-1, group_size))
+
+
 @torch.no_grad()
 def observe_linear_inputs(model: nn.Module, calibrate: Calibration,
                           observe: Callable[[str, torch.Tensor], None]) -> None:

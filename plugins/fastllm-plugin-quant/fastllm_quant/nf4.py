@@ -16,7 +16,7 @@ from fastllm.layers.linear import LinearBase
 from fastllm.quantization import LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
-from fastllm_quant.loudness import InputAwareQuantizer
+from fastllm_quant.loudness import InputAwareQuantizer, per_group
 from fastllm_quant.scale_search import by_row_slices, fit_scale
 
 DEFAULT_BLOCK_SIZE = 64
@@ -33,7 +33,7 @@ def quantize_nf4(weight: torch.Tensor, block_size: int, loudness: Optional[torch
     """
     codebook = torch.tensor(NF4_CODES, device=weight.device)
     midpoints = (codebook[1:] + codebook[:-1]) / 2
-    weights = None if loudness is None else loudness.to(weight.device).unflatten(0, (-1, block_size))
+    weights = per_group(loudness, block_size, weight.device)
 
     def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w = rows.float().unflatten(1, (-1, block_size))

@@ -46,7 +46,7 @@ def fit_affine(w: torch.Tensor, levels: int, weights: Optional[torch.Tensor] = N
     """
     low, high = w.amin(dim=-1, keepdim=True), w.amax(dim=-1, keepdim=True)
     min_scale = (torch.maximum(-low, high) * MIN_SCALE_FRACTION).clamp(min=1e-12)
-    a = importance(w) if weights is None else importance(w) * weights
+    a = importance(w, weights)
     n, sum_w, sum_ww = a.sum(-1, keepdim=True), (a * w).sum(-1, keepdim=True), (a * w * w).sum(-1, keepdim=True)
     best = None
     for step in range(len(SHRINK_FACTORS) + REFINEMENTS):
@@ -83,7 +83,7 @@ def fit_scale(w: torch.Tensor, nearest: Callable[[torch.Tensor], torch.Tensor], 
     float8); candidates start from ``absmax / grid_max * factor``, refitted by least squares.
     ``weights`` as in ``fit_affine``.
     """
-    a = importance(w) if weights is None else importance(w) * weights
+    a = importance(w, weights)
     start = w.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / grid_max
     sum_ww = (a * w * w).sum(-1, keepdim=True)
     best = None
@@ -97,10 +97,12 @@ def fit_scale(w: torch.Tensor, nearest: Callable[[torch.Tensor], torch.Tensor], 
     return best[1]
 
 
-def importance(w: torch.Tensor) -> torch.Tensor:
+def importance(w: torch.Tensor, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Per-weight weights of the error: ``rms(group) + |w|``, llama.cpp's k-quant choice without
-    an importance matrix, so that large weights (which carry large products) are kept closer."""
-    return w.pow(2).mean(-1, keepdim=True).sqrt() + w.abs()
+    an importance matrix, so that large weights (which carry large products) are kept closer;
+    times ``weights`` (the inputs' loudness) where given."""
+    own = w.pow(2).mean(-1, keepdim=True).sqrt() + w.abs()
+    return own if weights is None else own * weights
 
 
 def keep_better(best: tuple[torch.Tensor, ...] | None, candidate: tuple[torch.Tensor, ...]
