@@ -96,7 +96,6 @@ class ColdWeights:
         return statistics.median(times)
 
 
-SWEEP_ROWS = (1, 16)
 FORMATS = {"int8": INT8, "fp8": FP8_WEIGHTS, "int4": WeightFormat(True, has_zero=True, group=128),
            "nf4": WeightFormat(True, nf4=True, group=64)}  # as the benchmarked weights
 
@@ -115,9 +114,9 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
 def sweep(args: argparse.Namespace) -> None:
     rows = []
     for layer, (n, k) in SHAPES.items():
-        for name in QUANTIZED:
+        for name in args.kernels:
             weights = ColdWeights(name, n, k)
-            for m in SWEEP_ROWS:
+            for m in args.batch:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 default = default_tiling(m, FORMATS[name])
                 timed = {t: weights.us_per_call(x, t, args.calls, args.replays)
@@ -139,6 +138,7 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=10)
     parser.add_argument("--out", default="quant_gemm.json")
     parser.add_argument("--sweep", action="store_true", help="time launch settings instead")
+    parser.add_argument("--kernels", nargs="+", choices=QUANTIZED, default=QUANTIZED, help="swept kernels")
     args = parser.parse_args()
     if args.sweep:
         return sweep(args)
