@@ -103,6 +103,15 @@ def test_constant_and_zero_groups_stay_exact():
     assert torch.allclose(dequantize_nf4(codes, scales, 32), weight)
 
 
+def loud_inputs(k: int, tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[tokens, k]`` inputs where one channel in 16 is 8x louder, and those channels' indices."""
+    gen = torch.Generator().manual_seed(1)
+    loud = torch.randperm(k, generator=gen)[:k // 16]
+    gain = torch.ones(k)
+    gain[loud] = 8.0
+    return torch.randn(tokens, k, generator=gen) * gain, loud
+
+
 @pytest.mark.parametrize("method, group, bound", [("int4", 32, 0.6), ("int4", 128, 0.8), ("nf4", 32, 0.85),
                                                   ("nf4", 64, 0.9)])
 def test_loud_inputs_lower_the_output_error(method, group, bound):
@@ -110,10 +119,7 @@ def test_loud_inputs_lower_the_output_error(method, group, bound):
     by the measured loudness cut the output error ``|X (W_q - W)^T|^2`` (measured 0.42 / 0.66 for
     int4, 0.75 / 0.83 for nf4, of the unweighted fits')."""
     weight = random_weight("heavy_tailed")
-    gen = torch.Generator().manual_seed(1)
-    gain = torch.ones(weight.shape[1])
-    gain[torch.randperm(weight.shape[1], generator=gen)[:weight.shape[1] // 16]] = 8.0
-    x = torch.randn(1024, weight.shape[1], generator=gen) * gain
+    x, _ = loud_inputs(weight.shape[1])
     loudness = relative_loudness(x.square().mean(0))
 
     def output_error(loudness):
@@ -124,3 +130,19 @@ def test_loud_inputs_lower_the_output_error(method, group, bound):
         return (x @ (dequantized - weight).t()).square().sum()
 
     assert output_error(loudness) < bound * output_error(None)
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_nf4_fits_weigh_loudness_squared(group):
+    """nf4 weighs its fits by the loudness squared (``nf4.LOUDNESS_POWER``): the loud inputs'
+    weights come out clearly closer than under the plain mean-square weighting (measured 0.75 /
+    0.84 of its squared error), which on SmolLM2 took perplexity from +14.3% to +9.7%."""
+    weight = random_weight("heavy_tailed")
+    x, loud = loud_inputs(weight.shape[1])
+    loudness = relative_loudness(x.square().mean(0))
+
+    def loud_error(**power: float) -> torch.Tensor:
+        dequantized = dequantize_nf4(*quantize_nf4(weight, group, loudness, **power), group)
+        return (dequantized - weight)[:, loud].square().sum()
+
+    assert loud_error() < 0.9 * loud_error(loudness_power=1.0)
