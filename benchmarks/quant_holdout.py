@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 
-from fastllm import LLM, SamplingParams
+from fastllm import LLM
 from fastllm.model_loader.resolve import embedded_model_path
 from fastllm.quantization.calibration import DEFAULT_TEXT
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "fastllm-plugin-quant", "tests"))
+from quant_helpers import prompt_logprobs  # noqa: E402  (the plugin tests' scoring, not a copy)
 
 
 def holdout_perplexity(model: str, method: str | None, chunk: int) -> tuple[float, int]:
@@ -24,11 +29,8 @@ def holdout_perplexity(model: str, method: str | None, chunk: int) -> tuple[floa
               max_num_seqs=4, max_num_batched_tokens=4096)
     ids = llm.tokenizer(DEFAULT_TEXT, add_special_tokens=False)["input_ids"]
     prompts = [ids[i * chunk:(i + 1) * chunk] for i in range(len(ids) // chunk)]
-    outputs = llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)
-    nll = sum(-sum(entry[token] for token, entry in zip(prompt[1:], output.prompt_logprobs[1:]))
-              for prompt, output in zip(prompts, outputs))
-    tokens = len(prompts) * (chunk - 1)
-    return math.exp(nll / tokens), tokens
+    logprobs = prompt_logprobs(llm, prompts).double()
+    return math.exp(-logprobs.mean().item()), len(logprobs)
 
 
 def main() -> None:
