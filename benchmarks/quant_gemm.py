@@ -60,8 +60,8 @@ def weight_copy(name: str, n: int, k: int) -> tuple[Kernel, int]:
         s4 = torch.rand(n, k // 128, device="cuda", dtype=torch.bfloat16) * 1e-2
         z4 = torch.randint(0, 16, (n, k // 128), device="cuda").to(torch.bfloat16)
         return (lambda x, t: int4_gemm(x, q4, s4, z4, 128, t)), n * k // 2 + 4 * n * k // 128
-    a4 = torch.rand(n, k // 64, device="cuda", dtype=torch.bfloat16) * 1e-2
-    return (lambda x, t: nf4_gemm(x, q4, a4, 64, t)), n * k // 2 + 2 * n * k // 64
+    a4 = torch.rand(n, k // 32, device="cuda", dtype=torch.bfloat16) * 1e-2
+    return (lambda x, t: nf4_gemm(x, q4, a4, 32, t)), n * k // 2 + 2 * n * k // 32
 
 
 class ColdWeights:
@@ -97,17 +97,20 @@ class ColdWeights:
 
 
 FORMATS = {"int8": INT8, "fp8": FP8_WEIGHTS, "int4": WeightFormat(True, has_zero=True, group=128),
-           "nf4": WeightFormat(True, nf4=True, group=64)}  # as the benchmarked weights
+           "nf4": WeightFormat(True, nf4=True, group=32)}  # as the benchmarked weights (nf4: the plugin default)
 
 
 def sweep_tilings(name: str, m: int) -> list[Tiling]:
     """Launch settings tried by ``--sweep`` (split_k None: the heuristic's). One row: rows per
-    one-warp program, loads one slice ahead or not, no split, a slice twice the default's; more
-    rows: tensor-core tiles."""
+    one-warp program, loads one slice ahead or not, no split, a slice twice the default's, and
+    for nf4 programs of 2 or 4 warps sharing the pair table; more rows: tensor-core tiles."""
     if m == 1:
-        lane = default_tiling(1, FORMATS[name]).block_k
-        return ([Tiling(bn, lane, 1, stages) for bn in (4, 8, 16) for stages in (1, 2)]
-                + [Tiling(8, lane, 1, stages, 1) for stages in (1, 2)] + [Tiling(8, 2 * lane, 1, 2)])
+        lane = 1024 if FORMATS[name].four_bit else 512  # one warp's slice
+        tilings = ([Tiling(bn, lane, 1, stages) for bn in (4, 8, 16) for stages in (1, 2)]
+                   + [Tiling(8, lane, 1, stages, 1) for stages in (1, 2)] + [Tiling(8, 2 * lane, 1, 2)])
+        if name == "nf4":
+            tilings += [Tiling(bn, 1024 * warps, warps, stages) for bn in (8, 16) for warps in (2, 4) for stages in (1, 2)]
+        return tilings
     return [Tiling(32, 64, 4, 4), Tiling(32, 128, 4, 4), Tiling(64, 128, 4, 4)]
 
 
@@ -118,7 +121,7 @@ def sweep(args: argparse.Namespace) -> None:
             weights = ColdWeights(name, n, k)
             for m in args.batch:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                default = default_tiling(m, FORMATS[name])
+                default = default_tiling(m, k, FORMATS[name], x.dtype, x.device)
                 timed = {t: weights.us_per_call(x, t, args.calls, args.replays)
                          for t in dict.fromkeys(sweep_tilings(name, m) + [default])}
                 ranked = sorted(timed, key=timed.get)

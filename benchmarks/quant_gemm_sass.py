@@ -32,7 +32,7 @@ from fastllm_kernels.quant.int8_gemm import INT8
 from fastllm_kernels.quant.weight_gemm import WeightFormat, plan
 
 FORMATS = {"int8": INT8, "fp8": FP8_WEIGHTS, "int4": WeightFormat(True, has_zero=True, group=128),
-           "nf4": WeightFormat(True, nf4=True, group=64)}
+           "nf4": WeightFormat(True, nf4=True, group=32)}
 N, K = 28672, 4096
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

@@ -7,9 +7,10 @@ Packing (``pack_int4``): ``qweight [N, K/2]`` uint8, byte ``j`` of a row holds i
 * nf4 (codebook, block-wise absmax): ``W[n, k] = NF4[q] * absmax[n, g]``.
 
 Both run on ``weight_gemm``'s kernels: codes unpacked in registers (int4 into floats by magic
-numbers, no int-to-float conversion), the NF4 value gathered from the 16-entry code book held
-in registers (one warp shuffle a weight in the one-warp GEMV), the scale applied per group to
-partial sums.
+numbers, no int-to-float conversion), NF4 values looked up two codes a load in a float16 pair
+table in shared memory (``nf4_pairs``, the one-row kernel on NVIDIA GPUs with 16-bit
+activations) or gathered from the 16-entry code book in registers, the scale applied per group
+to partial sums.
 """
 
 from __future__ import annotations

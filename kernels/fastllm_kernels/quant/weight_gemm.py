@@ -13,9 +13,10 @@ Formats (constexpr flags), weights ``q`` rows-first ``[N, K / codes per byte]``:
 * int4: two codes a byte (``pack_int4``), ``(q - zero) * scale`` per group of K.
 * nf4: two codes a byte, ``NF4[q] * absmax`` per block of K.
 
-``_gemv_kernel`` (one row of x) is the decode kernel: one-warp programs read ``q`` as 32-bit
+``_gemv_kernel`` (one row of x) is the decode kernel: small programs read ``q`` as 32-bit
 words and turn codes into floats with magic numbers (``dequant``), no integer-to-float
-conversion, each code paired with its strided column of x, FMAs on the CUDA cores.
+conversion, each code paired with its strided column of x, FMAs on the CUDA cores. nf4 codes
+are looked up, two a load, in a shared-memory table (``nf4_pairs``) by programs of 2-4 warps.
 ``_gemm_kernel`` (2..64 rows) reads bytes through shared memory into the tensor cores' operand
 layout and makes the codes x's dtype there (magic numbers in 16 bits, no I2F either).
 """
@@ -32,6 +33,7 @@ import triton.language as tl
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
 from fastllm_kernels.quant.dequant import MAGIC, code_value, columns, nf4_value, small_code_value
+from fastllm_kernels.quant.nf4_pairs import fill_table, pair_values, table_lookups
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def _gemv_units(q_rows, k0, K, CODES: tl.constexpr, EVEN_K: tl.constexpr):
 
 @triton.jit
 def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K, stride_sn, magic,
-                GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
+                GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr, NF4_TABLE: tl.constexpr,
                 HAS_ZERO: tl.constexpr, UNITS: tl.constexpr, LANE_K: tl.constexpr, EVEN_K: tl.constexpr):
     """``acc [BLOCK_N, LANES]`` plus the products of one slice of W (``units``, loaded) at ``k0``."""
     CODES: tl.constexpr = 1 if FP8 else 32 // BITS
@@ -101,9 +103,13 @@ def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K,
         else:
             x = tl.load(x_ptr + k0 + run * 8 + x_run, mask=k0 + run * 8 + x_run < K, other=0.0)
         xs = columns(x.to(tl.float32), 8)
+        if NF4_TABLE:  # a run is one word
+            pairs = pair_values(by_unit[run], book)
         for e in tl.static_range(8):
             if FP8:
                 value = by_unit[run * 8 + e]
+            elif NF4_TABLE:
+                value = pairs[e]
             elif NF4:
                 value = nf4_value(book, by_unit[(run * 8 + e) // CODES], (run * 8 + e) % CODES)
             else:
@@ -126,14 +132,15 @@ def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K,
 def _gemv_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, N, K, stride_qn, stride_sn, magic,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
-    HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    UNITS: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
+    NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
-    """``x [1, K]``: a program (one warp) owns ``BLOCK_N`` rows of W and ``ITERS`` slices of
-    ``BLOCK_K`` inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one
-    16-byte load a row) and the x they pair with as 16-byte runs, one ``[LANES, 8]`` load a run.
-    Both tiles have one contiguous dim and one other, so any Triton lays them out the same way
-    (lanes along the lane dim, the rest in registers): no shuffles, no shared memory. Code ``p``
+    """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
+    inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one 16-byte
+    load a row) and the x they pair with as 16-byte runs, one ``[LANES, 8]`` load a run; with
+    several warps the lanes run on through them along K. Both tiles have one contiguous dim and
+    one other, so Triton (3.6 to 3.9) lays them out the same way (lanes along the lane dim, the
+    rest in registers): no shuffles, no shared memory but the nf4 pair table (``NF4_TABLE``). Code ``p``
     of unit ``u`` meets x column ``u * CODES + p`` of the lane's runs. Each lane and row sums its
     products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a group) are
     scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end. Launched
@@ -148,26 +155,29 @@ def _gemv_kernel(
     lane = tl.arange(0, LANES)
     q_rows = q_ptr + rows[:, None] * stride_qn + tl.arange(0, LANES * UNITS)[None, :]
     x_run = lane[:, None] * LANE_K + tl.arange(0, 8)[None, :]
-    book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
     acc = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
     first = pid_k * ITERS * BLOCK_K
     units = _gemv_units(q_rows, first, K, CODES, EVEN_K)
+    if NF4_TABLE:  # under the first slice's loads
+        book = fill_table(code_ptr, pid_n, acc)
+    else:
+        book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
     wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
     if PREFETCH:  # each slice's loads go out before the previous slice's math
         for i in range(ITERS):
             ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K  # the last slice reloads itself
             next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K)
             acc = _gemv_slice(acc, units, (pid_k * ITERS + i) * BLOCK_K, x_ptr, x_run, s_ptr, z_ptr, book, rows,
-                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K, EVEN_K)
             units = next_units
     else:
         acc = _gemv_slice(acc, units, first, x_ptr, x_run, s_ptr, z_ptr, book, rows,
-                          lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+                          lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K, EVEN_K)
         for i in range(1, ITERS):
             k0 = (pid_k * ITERS + i) * BLOCK_K
             units = _gemv_units(q_rows, k0, K, CODES, EVEN_K)
             acc = _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows,
-                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K, EVEN_K)
     out = tl.sum(acc, axis=1)
     if BITS == 8:
         out *= tl.load(s_ptr + rows).to(tl.float32)
@@ -266,12 +276,24 @@ class Tiling:
     split_k: int | None = None
 
 
-def default_tiling(m: int, fmt: WeightFormat) -> Tiling:
+def pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether the one-row kernel looks nf4 codes up two at a time in the float16 pair table
+    (``nf4_pairs``): 16-bit activations on an NVIDIA GPU; float32 ones keep the exact code book."""
+    return fmt.nf4 and x_dtype != torch.float32 and table_lookups(device)
+
+
+def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
     """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; only int4
     loads the next slice ahead. Both from the H100 sweep (``benchmarks/quant_gemm.py --sweep``,
-    Llama-3-8B's four layers): 4 rows beat 8 by 3-7%, loading ahead helps int4 alone.
+    Llama-3-8B's four layers): 4 rows beat 8 by 3-7%, loading ahead helps int4 alone. nf4 with
+    the pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes
+    spread along K (a slice of 1024 inputs a warp); 8 rows, 16 where K is long enough for them
+    to stream without loading ahead (H200 sweep, ``benchmarks/RESULTS.md``).
     More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
     if m == 1:
+        if k >= 2048 and pair_table(fmt, x_dtype, device):
+            warps = min(4, triton.next_power_of_2(k) // 1024)
+            return Tiling(16 if k > 4096 else 8, 1024 * warps, num_warps=warps, num_stages=1 if k > 4096 else 2)
         ahead = fmt.four_bit and not fmt.nf4
         return Tiling(4, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=2 if ahead else 1)
     return Tiling(32, min(fmt.group, 128) if fmt.four_bit else 128, num_stages=4)
@@ -319,7 +341,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
          device: torch.device) -> Launch:
     """Slice sizes, K splits and grid of ``[m, k] x [n, k]^T`` in ``fmt`` (cached: a decode step
     asks for the same few shapes over and over)."""
-    tiling = tiling or default_tiling(m, fmt)
+    tiling = tiling or default_tiling(m, k, fmt, x_dtype, device)
     if m == 1:
         lane_k = lane_units(fmt) * (1 if fmt.fp8 else 8 if fmt.four_bit else 4)
         block_k = max(lane_k, min(tiling.block_k, triton.next_power_of_2(k)))
@@ -341,7 +363,9 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
                       num_warps=tiling.num_warps, num_stages=tiling.num_stages, **pdl_launch(device))
     if m == 1:
         prefetch = tiling.num_stages > 1 and per_split > 1
-        return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch))
+        table = tiling.num_warps > 1 and pair_table(fmt, x_dtype, device)  # one warp: the table would cost occupancy
+        return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch,
+                                                           NF4_TABLE=table))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
                   dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))
 

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from fastllm_kernels.quant.fp8_gemm import FP8, fp8_gemm, fp8_gemm_ref, quantize_fp8_rows_ref, quantize_fp8_rows_triton
-from fastllm_kernels.quant.int4_gemm import dequantize_int4, dequantize_nf4, int4_gemm, nf4_gemm, pack_int4
+from fastllm_kernels.quant.int4_gemm import (
+    NF4_CODES, dequantize_int4, dequantize_nf4, int4_gemm, nf4_gemm, pack_int4, unpack_int4,
+)
 from fastllm_kernels.quant.int8_gemm import int8_gemm
 from fastllm_kernels.quant.weight_gemm import Tiling, _scratch
 
@@ -84,6 +86,25 @@ def test_four_bit(group, m, split, dtype):
     ref = x.double() @ dequantize_nf4(qweight, scales.double(), group, torch.float64).T
     out = run_poisoned(nf4_gemm, x, qweight, scales, group, tiling(m, split, True))
     assert relative_error(out, ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("tiling_", [None, Tiling(8, 4096, 4, 2), Tiling(16, 4096, 4, 1, split_k=2),
+                                     Tiling(8, 2048, 2, 2, split_k=3)])
+@pytest.mark.parametrize("k", [2560, 4096])
+def test_nf4_programs_of_several_warps(k, tiling_):
+    """One row, programs of 2-4 warps whose lanes span K (the default from 2048 inputs): on the
+    GPU, with 16-bit activations, they share the float16 pair table of ``nf4_pairs``; elsewhere
+    they gather from the code book. The reference rounds the code book to float16 as the table
+    does. K = 2560 leaves a ragged last slice."""
+    n = 40
+    gen = torch.Generator().manual_seed(k)
+    x = activations(1, k, torch.float16, gen)
+    qweight = pack_int4(torch.randint(0, 16, (n, k), generator=gen)).to(DEVICE)
+    absmax = (torch.rand(n, k // 32, generator=gen) * 0.02 + 1e-3).to(DEVICE, torch.float16)
+    book = torch.tensor(NF4_CODES).half().double().to(DEVICE)
+    weights = book[unpack_int4(qweight).long()].unflatten(1, (-1, 32)) * absmax.double()[..., None]
+    ref = x.double() @ weights.flatten(1).T
+    assert relative_error(run_poisoned(nf4_gemm, x, qweight, absmax, 32, tiling_), ref) < 2e-3
 
 
 def test_group_wider_than_slice():

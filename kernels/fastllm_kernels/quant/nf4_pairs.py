@@ -1,0 +1,81 @@
+"""NF4 values two codes at a time, from a table of value pairs in shared memory (CUDA only).
+
+A code-book format cannot be unpacked with arithmetic: every weight is a lookup. Looked up
+one code at a time from registers (a warp shuffle a weight), the batch-1 GEMV is bound by
+the L1/shared-memory pipe, which moves one wavefront a clock per SM: a shuffle is one
+wavefront for 32 weights. Here one byte (two codes, adjacent in K) indexes a 256-entry table
+of float16 pairs: one 4-byte shared-memory load (one wavefront) gives 64 weights a warp, and
+the address is one byte permute and one multiply-add. float16 holds every NF4 value to 2^-12
+(the tensor-core path rounds them to the activations' dtype, bf16 included).
+
+The table holds 32 copies interleaved, so lane ``l`` reads copy ``l`` from bank ``l``:
+random codes never conflict. It takes 32 KiB, filled once a program from the code book.
+
+Triton has no shared-memory gather, so the table is a ``.shared`` array declared in inline
+PTX (``fill_table`` must run exactly once a kernel, before ``pair_values``); ptxas reserves
+it beside Triton's own shared memory. The interpreter cannot run PTX: there the kernels use
+the register code book (``dequant.nf4_value``) instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+COPIES = 32
+_DECLARE = tl.constexpr(f".shared .align 16 .b8 nf4_pairs[{256 * COPIES * 4}];\nmov.u32 $0, 0;")
+_STORES_A_BYTE = tl.constexpr(COPIES // 4)  # 16-byte stores: four copies of a pair
+
+
+@functools.lru_cache(maxsize=None)
+def table_lookups(device: torch.device) -> bool:
+    """Whether kernels on ``device`` can look codes up in the pair table: NVIDIA GPUs, compiled."""
+    return device.type == "cuda" and not torch.version.hip and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+@triton.jit
+def _half_bits(code_ptr, code):
+    return tl.load(code_ptr + code).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+
+
+@triton.jit
+def fill_table(code_ptr, anchor, like):
+    """Declare the table, fill it from the 16-entry float32 code book at ``code_ptr`` and wait
+    for every thread of the program; returns this lane's copy's address, shaped as ``like``.
+    ``anchor``: any scalar (one PTX declaration). The code book comes from L1: a program adds no
+    memory traffic."""
+    tl.inline_asm_elementwise(_DECLARE, "=r,r", [anchor], dtype=tl.int32, is_pure=False, pack=1)
+    for first in tl.static_range(0, 256, 32):  # a few loads in flight, few registers
+        store = first * _STORES_A_BYTE + tl.arange(0, 32 * _STORES_A_BYTE)
+        byte = store // _STORES_A_BYTE
+        pair = _half_bits(code_ptr, byte & 15) | (_half_bits(code_ptr, byte >> 4) << 16)
+        tl.inline_asm_elementwise(
+            "{ .reg .u32 a; mov.u32 a, nf4_pairs; mad.lo.u32 a, $1, 16, a; st.shared.v4.b32 [a], {$2, $2, $2, $2};"
+            " mov.u32 $0, 0; }",
+            "=r,r,r", [store, pair], dtype=tl.int32, is_pure=False, pack=1)
+    tl.debug_barrier()
+    return tl.inline_asm_elementwise(
+        "{ .reg .u32 l, b; mov.u32 l, %laneid; mov.u32 b, nf4_pairs; mad.lo.u32 $0, l, 4, b; }",
+        "=r,r", [tl.zeros_like(like).to(tl.int32)], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def pair_values(words, lane_table):
+    """The 8 NF4 code-book values of each uint32 word, in code order (code ``p`` at bits ``4p``),
+    as float32: byte ``j`` (codes 2j, 2j + 1) is entry ``j`` of ``lane_table``'s copy, 128 bytes
+    apart."""
+    return tl.inline_asm_elementwise(
+        """{ .reg .u32 t, a, v; .reg .b16 l, h;
+        prmt.b32 t, $8, 0, 0x4440; mad.lo.u32 a, t, 128, $9; ld.shared.b32 v, [a]; mov.b32 {l, h}, v;
+        cvt.f32.f16 $0, l; cvt.f32.f16 $1, h;
+        prmt.b32 t, $8, 0, 0x4441; mad.lo.u32 a, t, 128, $9; ld.shared.b32 v, [a]; mov.b32 {l, h}, v;
+        cvt.f32.f16 $2, l; cvt.f32.f16 $3, h;
+        prmt.b32 t, $8, 0, 0x4442; mad.lo.u32 a, t, 128, $9; ld.shared.b32 v, [a]; mov.b32 {l, h}, v;
+        cvt.f32.f16 $4, l; cvt.f32.f16 $5, h;
+        prmt.b32 t, $8, 0, 0x4443; mad.lo.u32 a, t, 128, $9; ld.shared.b32 v, [a]; mov.b32 {l, h}, v;
+        cvt.f32.f16 $6, l; cvt.f32.f16 $7, h; }""",
+        "=f,=f,=f,=f,=f,=f,=f,=f,r,r", [words, lane_table], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
