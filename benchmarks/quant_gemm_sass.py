@@ -6,8 +6,10 @@ SASS (``cuobjdump``, shipped with Triton) of one K iteration is counted: the loo
 the loop is unrolled, the growth from 2 to 6 iterations. Instructions per weight bound the
 speed a kernel can reach: at batch 1 an H100 issues 128 thread-instructions per clock per SM and
 has to retire ~16 int4 weights per clock per SM to reach 1.9 TB/s. The code depends on the
-Triton version (its layout choices most): count with the one the GPU runs. Prints a table,
-writes JSON.
+Triton version (its layout choices most): count with the one the GPU runs (3.6 there:
+``pip install --target DIR triton==3.6.0`` and put DIR first on PYTHONPATH). The launch settings
+are planned for the CPU, so nf4 is its register code-book kernel, not the pair-table one a GPU
+runs. Prints a table, writes JSON.
 
     python benchmarks/quant_gemm_sass.py --out quant_gemm_sass.json
 """
