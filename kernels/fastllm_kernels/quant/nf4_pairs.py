@@ -39,6 +39,7 @@ def table_lookups(device: torch.device) -> bool:
 
 @triton.jit
 def _half_bits(code_ptr, code):
+    """The float16 bits of code-book entries ``code``, in the low half of an int32."""
     return tl.load(code_ptr + code).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
 
 

@@ -276,7 +276,7 @@ class Tiling:
     split_k: int | None = None
 
 
-def pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> bool:
+def uses_pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> bool:
     """Whether the one-row kernel looks nf4 codes up two at a time in the float16 pair table
     (``nf4_pairs``): 16-bit activations on an NVIDIA GPU; float32 ones keep the exact code book."""
     return fmt.nf4 and x_dtype != torch.float32 and table_lookups(device)
@@ -291,7 +291,7 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
     to stream without loading ahead (H200 sweep, ``benchmarks/RESULTS.md``).
     More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
     if m == 1:
-        if k >= 2048 and pair_table(fmt, x_dtype, device):
+        if k >= 2048 and uses_pair_table(fmt, x_dtype, device):
             warps = min(4, triton.next_power_of_2(k) // 1024)
             return Tiling(16 if k > 4096 else 8, 1024 * warps, num_warps=warps, num_stages=1 if k > 4096 else 2)
         ahead = fmt.four_bit and not fmt.nf4
@@ -363,7 +363,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
                       num_warps=tiling.num_warps, num_stages=tiling.num_stages, **pdl_launch(device))
     if m == 1:
         prefetch = tiling.num_stages > 1 and per_split > 1
-        table = tiling.num_warps > 1 and pair_table(fmt, x_dtype, device)  # one warp: the table would cost occupancy
+        table = tiling.num_warps > 1 and uses_pair_table(fmt, x_dtype, device)  # one warp: the table would cost occupancy
         return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch,
                                                            NF4_TABLE=table))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
