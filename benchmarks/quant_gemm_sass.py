@@ -29,12 +29,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fastllm_kernels.quant.fp8_gemm import FP8_WEIGHTS
-from fastllm_kernels.quant.int8_gemm import INT8
-from fastllm_kernels.quant.weight_gemm import WeightFormat, plan
-
-FORMATS = {"int8": INT8, "fp8": FP8_WEIGHTS, "int4": WeightFormat(True, has_zero=True, group=128),
-           "nf4": WeightFormat(True, nf4=True, group=32)}
+from fastllm_kernels.quant.weight_gemm import plan
+from quant_gemm import FORMATS  # the formats the timing benchmark runs, this script's sibling
 N, K = 28672, 4096
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
