@@ -140,11 +140,12 @@ def _gemv_kernel(
     load a row) and the x they pair with as 16-byte runs, one ``[LANES, 8]`` load a run; with
     several warps the lanes run on through them along K. Both tiles have one contiguous dim and
     one other, so Triton (3.6 to 3.9) lays them out the same way (lanes along the lane dim, the
-    rest in registers): no shuffles, no shared memory but the nf4 pair table (``NF4_TABLE``). Code ``p``
-    of unit ``u`` meets x column ``u * CODES + p`` of the lane's runs. Each lane and row sums its
-    products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a group) are
-    scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end. Launched
-    dependent (``PDL``), the first slice of W is on its way before the previous kernel ends."""
+    rest in registers): no shuffles, no shared memory but the nf4 pair table (``NF4_TABLE``).
+    Code ``p`` of unit ``u`` meets x column ``u * CODES + p`` of the lane's runs. Each lane and
+    row sums its products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a
+    group) are scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end.
+    Launched dependent (``PDL``), the first slice of W is on its way before the previous kernel
+    ends."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     CODES: tl.constexpr = 1 if FP8 else 32 // BITS
@@ -288,7 +289,8 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
     Llama-3-8B's four layers): 4 rows beat 8 by 3-7%, loading ahead helps int4 alone. nf4 with
     the pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes
     spread along K (a slice of 1024 inputs a warp); 8 rows, 16 where K is long enough for them
-    to stream without loading ahead (H200 sweep, ``benchmarks/RESULTS.md``).
+    to stream without loading ahead (H200 sweep; on the H100, 8 rows timed better for
+    down_proj alone but not in decode, ``benchmarks/RESULTS.md``).
     More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
     if m == 1:
         if k >= 2048 and uses_pair_table(fmt, x_dtype, device):
