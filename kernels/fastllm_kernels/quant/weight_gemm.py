@@ -169,16 +169,19 @@ def _gemv_kernel(
             ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K  # the last slice reloads itself
             next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K)
             acc = _gemv_slice(acc, units, (pid_k * ITERS + i) * BLOCK_K, x_ptr, x_run, s_ptr, z_ptr, book, rows,
-                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
+                              EVEN_K)
             units = next_units
     else:
         acc = _gemv_slice(acc, units, first, x_ptr, x_run, s_ptr, z_ptr, book, rows,
-                          lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+                          lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
+                          EVEN_K)
         for i in range(1, ITERS):
             k0 = (pid_k * ITERS + i) * BLOCK_K
             units = _gemv_units(q_rows, k0, K, CODES, EVEN_K)
             acc = _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows,
-                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K, EVEN_K)
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
+                              EVEN_K)
     out = tl.sum(acc, axis=1)
     if BITS == 8:
         out *= tl.load(s_ptr + rows).to(tl.float32)
@@ -365,7 +368,8 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
                       num_warps=tiling.num_warps, num_stages=tiling.num_stages, **pdl_launch(device))
     if m == 1:
         prefetch = tiling.num_stages > 1 and per_split > 1
-        table = tiling.num_warps > 1 and uses_pair_table(fmt, x_dtype, device)  # one warp: the table would cost occupancy
+        # one warp a program: the 32 KiB table would leave too few programs an SM
+        table = tiling.num_warps > 1 and uses_pair_table(fmt, x_dtype, device)
         return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch,
                                                            NF4_TABLE=table))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
