@@ -21,15 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from fastllm_kernels.quant.common import fused
+from fastllm_kernels.quant.dequant import NF4_CODES
 from fastllm_kernels.quant.weight_gemm import Tiling, WeightFormat, weight_gemm
-
-# QLoRA's NormalFloat4: quantiles of N(0, 1) scaled to [-1, 1], with an exact zero.
-NF4_CODES = (
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
-)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,8 @@ the address is one byte permute and one multiply-add. float16 holds every NF4 va
 (the tensor-core path rounds them to the activations' dtype, bf16 included).
 
 The table holds 32 copies interleaved, so lane ``l`` reads copy ``l`` from bank ``l``:
-random codes never conflict. It takes 32 KiB, filled once a program from the code book.
+random codes never conflict. It takes 32 KiB, filled once a program with values known when
+the kernel compiles (``NF4_CODES`` in float16): 16 stores a thread and no loads.
 
 Triton has no shared-memory gather, so the table is a ``.shared`` array declared in inline
 PTX (``fill_table`` must run exactly once a kernel, before ``pair_values``); ptxas reserves
@@ -26,9 +27,15 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.quant.dequant import NF4_CODES
+
 COPIES = 32
+_FILL_UNITS = tl.constexpr(256 * COPIES * 4 // 16 // 16)  # a unit: 16-byte stores, one a high nibble
 _DECLARE = tl.constexpr(f".shared .align 16 .b8 nf4_pairs[{256 * COPIES * 4}];\nmov.u32 $0, 0;")
-_STORES_A_BYTE = tl.constexpr(COPIES // 4)  # 16-byte stores: four copies of a pair
+_HALF_BITS = [int(bits) & 0xFFFF for bits in torch.tensor(NF4_CODES).half().view(torch.int16)]
+_LOW = tl.constexpr(tuple(_HALF_BITS))  # a pair's low half: the even input's code
+_HIGH = tl.constexpr(tuple(bits << 16 if bits < 0x8000 else (bits << 16) - (1 << 32)  # as int32
+                           for bits in _HALF_BITS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,26 +45,23 @@ def table_lookups(device: torch.device) -> bool:
 
 
 @triton.jit
-def _half_bits(code_ptr, code):
-    """The float16 bits of code-book entries ``code``, in the low half of an int32."""
-    return tl.load(code_ptr + code).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-
-
-@triton.jit
-def fill_table(code_ptr, anchor, like):
-    """Declare the table, fill it from the 16-entry float32 code book at ``code_ptr`` and wait
-    for every thread of the program; returns this lane's copy's address, shaped as ``like``.
-    ``anchor``: any scalar (one PTX declaration). The code book comes from L1: a program adds no
-    memory traffic."""
+def fill_table(anchor, like):
+    """Declare the table, fill it and wait for every thread of the program; returns this lane's
+    copy's address, shaped as ``like``. ``anchor``: any scalar (one PTX declaration). Unit ``u``
+    of the fill stores entries ``16 * high + u / 8`` of copies ``4 * (u % 8)`` to ``+ 3``, one
+    store for each high nibble, so that a warp's stores cover 512 contiguous bytes (no bank
+    conflicts). The values are constants: no loads, so nothing delays the weight loads issued
+    before the fill."""
     tl.inline_asm_elementwise(_DECLARE, "=r,r", [anchor], dtype=tl.int32, is_pure=False, pack=1)
-    for first in tl.static_range(0, 256, 32):  # a few loads in flight, few registers
-        store = first * _STORES_A_BYTE + tl.arange(0, 32 * _STORES_A_BYTE)
-        byte = store // _STORES_A_BYTE
-        pair = _half_bits(code_ptr, byte & 15) | (_half_bits(code_ptr, byte >> 4) << 16)
+    unit = tl.arange(0, _FILL_UNITS)
+    half = tl.full(unit.shape, _LOW[0], tl.int32)
+    for low in tl.static_range(1, 16):
+        half = tl.where(unit >> 3 == low, _LOW[low], half)
+    for high in tl.static_range(16):
         tl.inline_asm_elementwise(
             "{ .reg .u32 a; mov.u32 a, nf4_pairs; mad.lo.u32 a, $1, 16, a; st.shared.v4.b32 [a], {$2, $2, $2, $2};"
             " mov.u32 $0, 0; }",
-            "=r,r,r", [store, pair], dtype=tl.int32, is_pure=False, pack=1)
+            "=r,r,r", [unit + high * _FILL_UNITS, half | _HIGH[high]], dtype=tl.int32, is_pure=False, pack=1)
     tl.debug_barrier()
     return tl.inline_asm_elementwise(
         "{ .reg .u32 l, b; mov.u32 l, %laneid; mov.u32 b, nf4_pairs; mad.lo.u32 $0, l, 4, b; }",

@@ -160,7 +160,7 @@ def _gemv_kernel(
     first = pid_k * ITERS * BLOCK_K
     units = _gemv_units(q_rows, first, K, CODES, EVEN_K)
     if NF4_TABLE:  # under the first slice's loads
-        book = fill_table(code_ptr, pid_n, acc)
+        book = fill_table(pid_n, acc)
     else:
         book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
     wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
