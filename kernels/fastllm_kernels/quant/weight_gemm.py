@@ -69,13 +69,14 @@ def _write_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, til
 
 
 @triton.jit
-def _gemv_units(q_rows, k0, K, CODES: tl.constexpr, EVEN_K: tl.constexpr):
-    """``[BLOCK_N, LANES * UNITS]`` units of the slice at ``k0`` (zeros past K)."""
+def _gemv_units(q_rows, k0, K, CODES: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr):
+    """``[BLOCK_N, LANES * UNITS]`` units of the slice at ``k0`` (zeros past K), masked in runs of
+    ``MASK_UNITS`` (a lane's units, where K ends on a lane's boundary: one vector load each)."""
     if EVEN_K:
         units = tl.load(q_rows + k0 // CODES)
     else:
-        in_k = k0 // CODES + tl.arange(0, q_rows.shape[1]) < K // CODES
-        units = tl.load(q_rows + k0 // CODES, mask=in_k[None, :], other=0)
+        run = tl.arange(0, q_rows.shape[1]) // MASK_UNITS * MASK_UNITS
+        units = tl.load(q_rows + k0 // CODES, mask=(k0 // CODES + run < K // CODES)[None, :], other=0)
     return units
 
 
@@ -133,7 +134,8 @@ def _gemv_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, N, K, stride_qn, stride_sn, magic,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
     inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one 16-byte
@@ -158,7 +160,7 @@ def _gemv_kernel(
     x_run = lane[:, None] * LANE_K + tl.arange(0, 8)[None, :]
     acc = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
     first = pid_k * ITERS * BLOCK_K
-    units = _gemv_units(q_rows, first, K, CODES, EVEN_K)
+    units = _gemv_units(q_rows, first, K, CODES, EVEN_K, MASK_UNITS)
     if NF4_TABLE:  # under the first slice's loads
         book = fill_table(pid_n, acc)
     else:
@@ -167,7 +169,7 @@ def _gemv_kernel(
     if PREFETCH:  # each slice's loads go out before the previous slice's math
         for i in range(ITERS):
             ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K  # the last slice reloads itself
-            next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K)
+            next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K, MASK_UNITS)
             acc = _gemv_slice(acc, units, (pid_k * ITERS + i) * BLOCK_K, x_ptr, x_run, s_ptr, z_ptr, book, rows,
                               lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
                               EVEN_K)
@@ -178,7 +180,7 @@ def _gemv_kernel(
                           EVEN_K)
         for i in range(1, ITERS):
             k0 = (pid_k * ITERS + i) * BLOCK_K
-            units = _gemv_units(q_rows, k0, K, CODES, EVEN_K)
+            units = _gemv_units(q_rows, k0, K, CODES, EVEN_K, MASK_UNITS)
             acc = _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows,
                               lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
                               EVEN_K)
@@ -370,8 +372,10 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
         prefetch = tiling.num_stages > 1 and per_split > 1
         # one warp a program: the 32 KiB table would leave too few programs an SM
         table = tiling.num_warps > 1 and uses_pair_table(fmt, x_dtype, device)
-        return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=lane_units(fmt), PREFETCH=prefetch,
-                                                           NF4_TABLE=table))
+        units = lane_units(fmt)
+        mask_units = units if k % lane_k == 0 else 1  # whole lanes past K: their words need no mask of their own
+        return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=units, MASK_UNITS=mask_units,
+                                                           PREFETCH=prefetch, NF4_TABLE=table))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
                   dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))
 

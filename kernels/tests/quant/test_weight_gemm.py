@@ -55,9 +55,12 @@ def activations(m: int, k: int, dtype: torch.dtype, gen: torch.Generator) -> tor
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("m", ROWS)
-def test_eight_bit(m, split, dtype):
-    n, k = 37, 400  # K: three 128-slices and a ragged tail
-    gen = torch.Generator().manual_seed(m * 10 + (split or 0))
+@pytest.mark.parametrize("k", [400, 404])
+def test_eight_bit(k, m, split, dtype):
+    """K: three 128-slices and a ragged tail, which ends on a GEMV lane's 16 codes (400: the
+    lane's loads masked as one) or within one (404: code by code)."""
+    n = 37
+    gen = torch.Generator().manual_seed(k + m * 10 + (split or 0))
     x = activations(m, k, dtype, gen)
     scales = (torch.rand(n, generator=gen) * 0.02 + 1e-3).to(DEVICE, dtype)
     q8 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).to(DEVICE)
