@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import tempfile
 import time
 
 import torch
@@ -51,7 +53,8 @@ def decode_tokens_per_s(llm: LLM, args: argparse.Namespace) -> float:
 def decode_profile(llm: LLM, args: argparse.Namespace) -> dict:
     """One more batch-1 decode under torch.profiler: device microseconds per decode step by
     kernel (CUDA-graph replays included) and the device's busy share of the wall time, so a
-    method's step splits into its GEMVs and the kernels no weight format shrinks."""
+    method's step splits into its GEMVs and the kernels no weight format shrinks; then what each
+    kernel (and grid: one per layer shape) adds to the step (``critical_path``)."""
     from torch.profiler import ProfilerActivity, profile
 
     vocab = llm.engine.hf_config.vocab_size
@@ -60,6 +63,7 @@ def decode_profile(llm: LLM, args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         llm.generate(random_prompts(1, args.prompt_len, vocab, 3), params, use_tqdm=False)
         wall_us = 1e6 * (time.perf_counter() - start)
+    added = critical_path(prof, args.decode_tokens)
     per_kernel: dict[str, float] = {}
     for event in prof.key_averages():
         if event.self_device_time_total > 0:
@@ -69,8 +73,33 @@ def decode_profile(llm: LLM, args: argparse.Namespace) -> dict:
           f"(prefill included, {args.decode_tokens} tokens)")
     for name, us in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:args.profile_rows]:
         print(f"{us:>10.2f} us  {name}")
+    print("step time added by each kernel (its end minus the previous kernel's end), us a token:")
+    for name, us in sorted(added.items(), key=lambda kv: -kv[1])[:args.profile_rows]:
+        print(f"{us:>10.2f} us  {name}")
     return {"wall_us_per_token": round(wall_us / args.decode_tokens, 1), "busy_us_per_token": round(busy, 1),
-            "kernels_us_per_token": {k: round(v, 2) for k, v in per_kernel.items()}}
+            "kernels_us_per_token": {k: round(v, 2) for k, v in per_kernel.items()},
+            "added_us_per_token": {k: round(v, 2) for k, v in added.items()}}
+
+
+def critical_path(prof: torch.profiler.profile, tokens: int) -> dict[str, float]:
+    """Microseconds per token that each kernel (name and grid) adds to the stream: its end minus
+    the end of the kernel before it (idle gaps go to the kernel after them). Launched dependent,
+    a kernel starts early and its duration includes the wait for its predecessor, so device
+    time per kernel over-counts; these sum to the stream's span."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    added: dict[str, float] = {}
+    last_end = kernels[0]["ts"] if kernels else 0.0
+    for event in kernels:
+        end = event["ts"] + event["dur"]
+        key = f"{event['name'][:40]} grid {tuple(event.get('args', {}).get('grid', ()))}"
+        added[key] = added.get(key, 0.0) + max(0.0, end - last_end) / tokens
+        last_end = max(last_end, end)
+    return added
 
 
 def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
