@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.device import compiled_nvidia
+
 try:
     from triton.backends.nvidia.compiler import CUDAOptions
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -41,8 +43,8 @@ def wait_for_inputs(PDL: tl.constexpr):
 
 @functools.lru_cache(maxsize=None)
 def _enabled(device: torch.device) -> bool:
-    if not _TRITON_HAS_PDL or device.type != "cuda" or torch.version.hip or os.environ.get("TRITON_INTERPRET") == "1":
-        return False  # ROCm reports gfx9 GPUs as capability 9.x too
+    if not _TRITON_HAS_PDL or not compiled_nvidia(device):
+        return False
     if os.environ.get("FASTLLM_PDL", "1") == "0":
         return False
     runtime = tuple(int(part) for part in (torch.version.cuda or "0.0").split(".")[:2])

@@ -20,9 +20,6 @@ the register code book (``dequant.nf4_value``) instead.
 
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -36,12 +33,6 @@ _HALF_BITS = [int(bits) & 0xFFFF for bits in torch.tensor(NF4_CODES).half().view
 _LOW = tl.constexpr(tuple(_HALF_BITS))  # a pair's low half: the even input's code
 _HIGH = tl.constexpr(tuple(bits << 16 if bits < 0x8000 else (bits << 16) - (1 << 32)  # as int32
                            for bits in _HALF_BITS))
-
-
-@functools.lru_cache(maxsize=None)
-def table_lookups(device: torch.device) -> bool:
-    """Whether kernels on ``device`` can look codes up in the pair table: NVIDIA GPUs, compiled."""
-    return device.type == "cuda" and not torch.version.hip and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 @triton.jit

@@ -30,10 +30,11 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.device import compiled_nvidia
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
 from fastllm_kernels.quant.dequant import MAGIC, code_value, columns, nf4_value, small_code_value
-from fastllm_kernels.quant.nf4_pairs import fill_table, pair_values, table_lookups
+from fastllm_kernels.quant.nf4_pairs import fill_table, pair_values
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,7 @@ class Tiling:
 def uses_pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> bool:
     """Whether the one-row kernel looks nf4 codes up two at a time in the float16 pair table
     (``nf4_pairs``): 16-bit activations on an NVIDIA GPU; float32 ones keep the exact code book."""
-    return fmt.nf4 and x_dtype != torch.float32 and table_lookups(device)
+    return fmt.nf4 and x_dtype != torch.float32 and compiled_nvidia(device)
 
 
 def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
