@@ -3,7 +3,8 @@ top-p, min-p, per-request seeds.
 
 On CUDA (with fastllm-kernels) top-k / top-p rows go through the Triton sampler, which finds
 each row's cut without sorting the vocabulary; its randomness is Philox keyed by the row's
-seed and its token count. min_p rows, CPU tensors and draft verification use the torch path.
+seed and its token count. Each row's argmax and log-sum-exp (every step needs both) come from
+one pass of its kernels too. min_p rows, CPU tensors and draft verification use the torch path.
 """
 
 from __future__ import annotations
@@ -87,7 +88,12 @@ class Sampler:
             logits = self._mask_and_edit(logits, batch, structured_output)
         else:
             logits = apply_logit_edits(logits, batch)
-        return Distribution(logits, logits.logsumexp(dim=-1), logits.argmax(dim=-1), batch)
+        kernels = kernels_for(logits)
+        if kernels is not None:  # two launches, the vocabulary spread over the GPU
+            logsumexp, greedy_tokens = kernels.logsumexp_argmax(logits)
+        else:
+            logsumexp, greedy_tokens = logits.logsumexp(dim=-1), logits.argmax(dim=-1)
+        return Distribution(logits, logsumexp, greedy_tokens, batch)
 
     @staticmethod
     def _mask_and_edit(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:

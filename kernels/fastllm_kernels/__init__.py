@@ -7,10 +7,11 @@ from fastllm_kernels.extend_attention import paged_extend_attention
 from fastllm_kernels.kv_cache import write_kv_cache
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
-from fastllm_kernels.sampling import sample_top_k_top_p
+from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p
 
 __all__ = [
     "fused_add_rms_norm",
+    "logsumexp_argmax",
     "paged_decode_attention",
     "paged_extend_attention",
     "rms_norm",

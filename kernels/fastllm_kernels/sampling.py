@@ -19,8 +19,8 @@ from typing import Optional
 import torch
 import triton
 
-from fastllm_kernels.sampling_kernels import (_compact_or_race_kernel, _finish_kernel,
-                                              _histogram_kernel, _stats_kernel)
+from fastllm_kernels.sampling_kernels import (_compact_or_race_kernel, _finish_kernel, _histogram_kernel,
+                                              _logsumexp_argmax_kernel, _stats_kernel)
 
 _BLOCK = 1024
 _HISTOGRAM_BLOCK = 512  # its per-lane tallies are [block, 16] in registers
@@ -39,6 +39,34 @@ def _default_num_slices(logits: torch.Tensor) -> int:
     return max(1, min(triton.cdiv(8 * num_sms, batch), triton.cdiv(vocab, 4096)))
 
 
+def _slices(logits: torch.Tensor, num_slices: Optional[int]) -> tuple[int, int]:
+    """(programs a row, tokens a program): whole loop blocks, no program without tokens."""
+    num_slices = num_slices or _default_num_slices(logits)
+    slice_len = triton.cdiv(triton.cdiv(logits.shape[1], num_slices), _BLOCK) * _BLOCK
+    return triton.cdiv(logits.shape[1], slice_len), slice_len
+
+
+def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits.logsumexp(-1), logits.argmax(-1))`` of ``logits [B, V]`` (float32) in two
+    launches, the first over (row, vocabulary slice) programs: what every decode step needs
+    (the greedy token and the chosen token's logprob), where torch reduces a row in one
+    program and launches ~8 kernels. The argmax is the first on ties; NaN is never the max."""
+    batch, vocab = logits.shape
+    assert logits.dtype == torch.float32 and logits.stride(-1) == 1
+    lse = logits.new_empty(batch)
+    tokens = torch.empty(batch, dtype=torch.int64, device=logits.device)
+    if batch == 0:
+        return lse, tokens
+    num_slices, slice_len = _slices(logits, num_slices)
+    stats = logits.new_empty((batch, num_slices, 4))
+    argmax = torch.empty((batch, num_slices), dtype=torch.int32, device=logits.device)
+    _stats_kernel[(batch, num_slices)](logits, logits, logits, logits, stats, argmax, logits.stride(0), vocab,
+                                       slice_len, _GREEDY_BELOW, BLOCK=_BLOCK, SCALED=False, num_warps=8)
+    _logsumexp_argmax_kernel[(batch,)](stats, argmax, lse, tokens, NUM_SLICES=num_slices,
+                                       SLICES_PAD=triton.next_power_of_2(num_slices), num_warps=1)
+    return lse, tokens
+
+
 def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                        top_p: torch.Tensor, seeds: torch.Tensor, offsets: torch.Tensor, *,
                        num_slices: Optional[int] = None) -> torch.Tensor:
@@ -55,9 +83,7 @@ def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     tokens = torch.empty(batch, dtype=torch.int64, device=logits.device)
     if batch == 0:
         return tokens
-    num_slices = num_slices or _default_num_slices(logits)
-    slice_len = triton.cdiv(triton.cdiv(vocab, num_slices), _BLOCK) * _BLOCK
-    num_slices = triton.cdiv(vocab, slice_len)
+    num_slices, slice_len = _slices(logits, num_slices)
     settings = (temperature.to(torch.float32), top_k.to(torch.int32), top_p.to(torch.float32))
     randomness = (seeds.to(torch.int64), offsets.to(torch.int64))
     empty = logits.new_empty
@@ -71,7 +97,7 @@ def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
                   NUM_BINS=_NUM_BINS)
 
     _stats_kernel[grid](logits, *settings, stats, argmax, logits.stride(0), vocab, slice_len,
-                        _GREEDY_BELOW, BLOCK=_BLOCK, num_warps=8)
+                        _GREEDY_BELOW, BLOCK=_BLOCK, SCALED=True, num_warps=8)
     _histogram_kernel[grid](logits, *settings, stats, argmax, counts, masses, logits.stride(0),
                             vocab, slice_len, _GREEDY_BELOW, BLOCK=_HISTOGRAM_BLOCK, **shared,
                             num_warps=8)

@@ -1,5 +1,6 @@
 """Device code of :mod:`fastllm_kernels.sampling`: four launches, the first three over a grid
-of (row, vocabulary slice) programs so that even one row fills the GPU.
+of (row, vocabulary slice) programs so that even one row fills the GPU (``logsumexp_argmax``:
+the first, then one program a row).
 
 1. ``stats``: per slice, max / argmax / softmax sum / smallest finite z / finite count.
 2. ``histogram``: per slice, count and mass at or above 16 pivots spaced geometrically below
@@ -187,10 +188,14 @@ def _race(z_ptr, tokens_ptr, first_token, length, inv_t, cut, upper, seed, offse
 
 @triton.jit
 def _stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, argmax_ptr,
-                  stride_row, vocab, slice_len, greedy_below, BLOCK: tl.constexpr):
+                  stride_row, vocab, slice_len, greedy_below, BLOCK: tl.constexpr, SCALED: tl.constexpr):
+    """Per (row, slice): the stats ``_row_stats`` combines; of the logits themselves without
+    ``SCALED`` (no settings read)."""
     row = tl.program_id(0)
     part = row * tl.num_programs(1) + tl.program_id(1)
-    _, inv_t, _, _ = _row_settings(temperature_ptr, top_k_ptr, top_p_ptr, row, greedy_below)
+    inv_t = 1.0
+    if SCALED:
+        _, inv_t, _, _ = _row_settings(temperature_ptr, top_k_ptr, top_p_ptr, row, greedy_below)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     start = tl.program_id(1) * slice_len
     end = tl.minimum(start + slice_len, vocab)
@@ -217,6 +222,16 @@ def _stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, 
     tl.store(stats_ptr + part * 4 + 2, tl.min(lane_min, 0))
     tl.store(stats_ptr + part * 4 + 3, tl.sum(lane_finite, 0).to(tl.float32))
     tl.store(argmax_ptr + part, tl.min(tl.where(lane_max == z_max, lane_arg, 2147483647), 0))
+
+
+@triton.jit
+def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, NUM_SLICES: tl.constexpr,
+                             SLICES_PAD: tl.constexpr):
+    """Per row, from the slices' stats: log-sum-exp (-inf for a row of -inf) and first argmax."""
+    row = tl.program_id(0)
+    row_max, row_arg, row_sum, _, _ = _row_stats(stats_ptr, argmax_ptr, row, NUM_SLICES, SLICES_PAD)
+    tl.store(lse_ptr + row, tl.where(row_sum > 0, row_max + tl.log(row_sum), float("-inf")))
+    tl.store(tokens_ptr + row, tl.where(row_sum > 0, row_arg, 0).to(tl.int64))
 
 
 @triton.jit

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fastllm_kernels import sampling
-from fastllm_kernels.sampling import sample_top_k_top_p, top_k_top_p_probs_ref
+from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p, top_k_top_p_probs_ref
 from kernel_testing import DEVICE
 from philox_noise import exponential_noise
 
@@ -26,6 +26,20 @@ def test_greedy_rows_take_the_first_argmax():
 
     assert tokens.tolist() == logits.argmax(dim=-1).tolist()
     assert tokens[1] == 700
+
+
+@pytest.mark.parametrize("num_slices", [None, 1, 3])
+def test_logsumexp_argmax_match_torch(num_slices):
+    """Slices' maxima and sums combined: ties across slices (the first index wins), a row of
+    -inf (log-sum-exp -inf, token 0, as torch), a row with a single finite logit."""
+    logits = 4 * torch.randn(5, 3000, device=DEVICE)
+    logits[1, 2500] = logits[1, 700] = 50.0
+    logits[2] = float("-inf")
+    logits[3] = float("-inf")
+    logits[3, 2999] = -7.0
+    lse, tokens = logsumexp_argmax(logits, num_slices=num_slices)
+    assert tokens.tolist() == logits.argmax(dim=-1).tolist() and tokens[1] == 700
+    assert torch.allclose(lse, logits.double().logsumexp(dim=-1).float(), rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("num_slices,capacity", [(1, None), (3, None), (2, 64)])

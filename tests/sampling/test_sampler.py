@@ -92,14 +92,15 @@ def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
     import fastllm.layers.fused as fused
 
     monkeypatch.setattr(fused, "MODE", "1")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # no interpreter where CUDA is
     torch.manual_seed(1)
-    logits = torch.randn(1, 32) * 2
+    logits = (torch.randn(1, 32) * 2).to(device)
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=10)
     draws = 96
     batch = _batch([params] * draws + [SamplingParams(temperature=0.0)])
     for i, row in enumerate(batch.rows):
         row.seq.seed = i
-    batch = SamplingBatch.build(batch.rows, torch.device("cpu"))
+    batch = SamplingBatch.build(batch.rows, device)
     sampler = Sampler()
     dist = sampler.distribution(logits.repeat(draws + 1, 1), batch)
     target = dist.probs[0]  # the torch path's distribution (not used by the Triton draw)
@@ -115,7 +116,7 @@ def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
     later = _batch([params] * draws + [SamplingParams(temperature=0.0)], outputs=[[3]] * (draws + 1))
     for i, row in enumerate(later.rows):
         row.seq.seed = i
-    later = SamplingBatch.build(later.rows, torch.device("cpu"))
+    later = SamplingBatch.build(later.rows, device)
     moved = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), later), later)
     assert not torch.equal(moved, tokens)  # the next token count is a fresh draw
 
