@@ -4,7 +4,7 @@
 
 A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``). Each method
 gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens``
-generated tokens after the first, the offline run (``--throughput-methods``, default bf16 vs
+generated tokens after the first, the median of ``--decode-repeats`` requests; the offline run (``--throughput-methods``, default bf16 vs
 fp8) over ``--num-prompts`` random prompts. Prints a table and writes the numbers as JSON.
 """
 
@@ -14,6 +14,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 import tempfile
 import time
 
@@ -41,13 +42,16 @@ def random_prompts(count: int, length: int, vocab: int, seed: int) -> list[dict]
             for _ in range(count)]
 
 
-def decode_tokens_per_s(llm: LLM, args: argparse.Namespace) -> float:
+def decode_tokens_per_s(llm: LLM, args: argparse.Namespace) -> list[float]:
+    """Batch-1 decode speed of ``--decode-repeats`` requests, one after another (after a warm-up)."""
     vocab = llm.engine.hf_config.vocab_size
     params = SamplingParams(temperature=0.0, max_tokens=args.decode_tokens + 1, ignore_eos=True)
     llm.generate(random_prompts(1, args.prompt_len, vocab, 0), params, use_tqdm=False)  # warm-up
-    output = llm.generate(random_prompts(1, args.prompt_len, vocab, 1), params, use_tqdm=False)[0]
-    m = output.metrics
-    return args.decode_tokens / (m.finished_time - m.first_token_time)
+    speeds = []
+    for seed in range(1, args.decode_repeats + 1):
+        m = llm.generate(random_prompts(1, args.prompt_len, vocab, seed), params, use_tqdm=False)[0].metrics
+        speeds.append(round(args.decode_tokens / (m.finished_time - m.first_token_time), 1))
+    return speeds
 
 
 def decode_profile(llm: LLM, args: argparse.Namespace) -> dict:
@@ -61,7 +65,7 @@ def decode_profile(llm: LLM, args: argparse.Namespace) -> dict:
     params = SamplingParams(temperature=0.0, max_tokens=args.decode_tokens + 1, ignore_eos=True)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
-        llm.generate(random_prompts(1, args.prompt_len, vocab, 3), params, use_tqdm=False)
+        llm.generate(random_prompts(1, args.prompt_len, vocab, args.decode_repeats + 1), params, use_tqdm=False)
         wall_us = 1e6 * (time.perf_counter() - start)
     added = critical_path(prof, args.decode_tokens)
     per_kernel: dict[str, float] = {}
@@ -122,7 +126,9 @@ def measure(args: argparse.Namespace, method: str) -> dict:
     row: dict = {"load_s": round(time.perf_counter() - start, 1),  # quantizing included
                  "weight_gib": round(weight_bytes(engine_model(llm)) / 2**30, 2)}
     if method in args.methods:
-        row["decode_tok_per_s_batch1"] = round(decode_tokens_per_s(llm, args), 1)
+        speeds = decode_tokens_per_s(llm, args)
+        row["decode_tok_per_s_batch1"] = statistics.median(speeds)
+        row["decode_tok_per_s_runs"] = speeds
         if args.profile:
             row["profile"] = decode_profile(llm, args)
     if method in args.throughput_methods:
@@ -141,6 +147,7 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--decode-repeats", type=int, default=3, help="decodes timed per method; the median is reported")
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
