@@ -17,6 +17,8 @@ class AttentionBackend(Protocol):
     """
 
     name: str
+    # optional: ``fuses_rotation = True`` and a ``rotation`` keyword on ``forward`` (a
+    # ``fastllm.layers.rotary.Rotation`` to apply to query and key before the cache write)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor,

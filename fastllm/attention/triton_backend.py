@@ -8,11 +8,13 @@ rows (slot -1, seq_len 1, block table of zeros) write nothing and attend to one 
 from __future__ import annotations
 
 import logging
+from typing import Optional
 
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.attention.torch_backend import write_kv_cache as torch_write_kv_cache
+from fastllm.layers.rotary import Rotation
 
 logger = logging.getLogger(__name__)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -21,6 +23,7 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 class TritonAttentionBackend:
     name = "triton"
     cuda_graph_safe = True
+    fuses_rotation = True  # rotary embedding and cache write in one launch
 
     def __init__(self) -> None:
         try:
@@ -33,8 +36,8 @@ class TritonAttentionBackend:
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        self._write(key, value, k_cache, v_cache, meta.slot_mapping)
+                meta: AttentionMetadata, scale: float, rotation: Optional[Rotation] = None) -> torch.Tensor:
+        self._write(query, key, value, k_cache, v_cache, meta.slot_mapping, rotation)
         out = torch.empty_like(query)
         nd = meta.num_decodes
         if nd:
@@ -48,12 +51,19 @@ class TritonAttentionBackend:
                 meta.seq_lens[nd:], meta.max_query_len, scale, out=out[nd:])
         return out
 
-    def _write(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-               v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """The kernel's store, except fp8 under Triton's CPU interpreter, which rounds fp8 wrongly."""
+    def _write(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+               v_cache: torch.Tensor, slot_mapping: torch.Tensor, rotation: Optional[Rotation]) -> None:
+        """``rotation`` of query and key (in place), then the kernel's store of key and value; fp8
+        under Triton's CPU interpreter, which rounds fp8 wrongly, stores with torch."""
         if k_cache.is_cuda or k_cache.dtype not in FP8_DTYPES:
-            self.kernels.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+            if rotation is None:
+                self.kernels.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+            else:
+                self.kernels.rotary_write_kv_cache(rotation.positions, query, key, value,
+                                                   rotation.rotary.cos_sin_cache, k_cache, v_cache, slot_mapping)
             return
+        if rotation is not None:
+            query[...], key[...] = rotation(query, key)  # in place, as the kernels rotate
         if not self._warned_fp8_store:
             logger.warning("fp8 KV cache off CUDA: the triton backend stores K/V with torch "
                            "(the Triton interpreter rounds fp8 inexactly)")

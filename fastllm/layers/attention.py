@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 
 from fastllm.attention.metadata import get_forward_context
+from fastllm.layers.rotary import Rotation
 
 
 class Attention(nn.Module):
@@ -15,9 +18,16 @@ class Attention(nn.Module):
         self.num_heads, self.head_dim, self.num_kv_heads = num_heads, head_dim, num_kv_heads
         self.scale = scale
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q ``[T, H, D]``, k/v ``[T, KVH, D]`` -> ``[T, H * D]``."""
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                rotation: Optional[Rotation] = None) -> torch.Tensor:
+        """q ``[T, H, D]``, k/v ``[T, KVH, D]`` -> ``[T, H * D]``; ``rotation``: applied to q and k
+        first, by the backend where it ``fuses_rotation``."""
         ctx = get_forward_context()
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.attn_metadata, self.scale)
+        extra = {}
+        if rotation is not None and getattr(ctx.backend, "fuses_rotation", False):
+            extra["rotation"] = rotation
+        elif rotation is not None:
+            q, k = rotation(q, k)
+        out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.attn_metadata, self.scale, **extra)
         return out.flatten(1)

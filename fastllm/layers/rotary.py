@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -51,6 +52,18 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self.cos_sin_cache[positions].chunk(2, dim=-1)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return _rotate(query, cos, sin), _rotate(key, cos, sin)
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """A rotary embedding still to be applied to a step's query and key: an attention backend
+    that writes the KV cache in a kernel (``fuses_rotation``) does it in that kernel."""
+
+    positions: torch.Tensor
+    rotary: RotaryEmbedding
+
+    def __call__(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rotary(self.positions, query, key)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ from fastllm.layers.attention import Attention
 from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from fastllm.layers.layernorm import RMSNorm
 from fastllm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from fastllm.layers.rotary import RotaryEmbedding
+from fastllm.layers.rotary import RotaryEmbedding, Rotation
 from fastllm.models.interface import rope_settings
 
 
@@ -48,8 +48,7 @@ class LlamaAttention(nn.Module):
         v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v))
+        return self.o_proj(self.attn(q, k, v, Rotation(positions, self.rotary_emb)))
 
 
 class LlamaMLP(nn.Module):

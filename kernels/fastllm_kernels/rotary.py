@@ -36,14 +36,11 @@ def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin,
 
 
 @triton.jit
-def _rotary_kernel(
-    positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
-    Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, PDL: tl.constexpr,
-):
-    wait_for_inputs(PDL)
-    token = tl.program_id(0).to(tl.int64)
+def rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
+                 stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
+                 Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
+                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Rotate every query and key head of one token in place."""
     position = tl.load(positions_ptr + token)
     pairs = tl.arange(0, HALF_PAD)
     row = cos_sin_ptr + position * stride_cos_sin + pairs
@@ -55,6 +52,19 @@ def _rotary_kernel(
                   KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
 
 
+@triton.jit
+def _rotary_kernel(
+    positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
+    Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_inputs(PDL)
+    rotate_token(tl.program_id(0).to(tl.int64), positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh,
+                 stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads, Q_HEADS_PAD, KV_HEADS_PAD,
+                 ROT_HALF, HALF_PAD, IS_NEOX)
+
+
 def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
     """``[T, heads, head_size]`` view of ``[T, heads * head_size]`` or ``[T, heads, head_size]``."""
     view = x.view(x.shape[0], -1, head_size)
@@ -62,23 +72,26 @@ def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
     return view
 
 
+def rotary_args(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor,
+                head_size: int, is_neox: bool = True) -> tuple[tuple, dict]:
+    """``rotate_token``'s arguments after ``token``: (run-time values, compile-time ones)."""
+    q, k = _heads_view(query, head_size), _heads_view(key, head_size)
+    rot_dim = cos_sin_cache.shape[-1]
+    assert rot_dim <= head_size and rot_dim % 2 == 0 and cos_sin_cache.stride(-1) == 1
+    values = (positions, q, k, cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+              cos_sin_cache.stride(0), q.shape[1], k.shape[1])
+    return values, dict(Q_HEADS_PAD=triton.next_power_of_2(q.shape[1]),
+                        KV_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
+                        ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2), IS_NEOX=is_neox)
+
+
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
                      cos_sin_cache: torch.Tensor, head_size: int,
                      is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate ``query`` and ``key`` in place by ``positions`` (int64 ``[T]``); returns both."""
-    q, k = _heads_view(query, head_size), _heads_view(key, head_size)
-    rot_dim = cos_sin_cache.shape[-1]
-    assert rot_dim <= head_size and rot_dim % 2 == 0 and cos_sin_cache.stride(-1) == 1
-    if q.shape[0]:
-        _rotary_kernel[(q.shape[0],)](
-            positions, q, k, cos_sin_cache,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
-            q.shape[1], k.shape[1],
-            Q_HEADS_PAD=triton.next_power_of_2(q.shape[1]),
-            KV_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
-            ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2),
-            IS_NEOX=is_neox, num_warps=4, **pdl_launch(q.device),
-        )
+    values, constexprs = rotary_args(positions, query, key, cos_sin_cache, head_size, is_neox)
+    if query.shape[0]:
+        _rotary_kernel[(query.shape[0],)](*values, **constexprs, num_warps=4, **pdl_launch(query.device))
     return query, key
 
 

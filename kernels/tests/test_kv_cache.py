@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from fastllm_kernels.kv_cache import write_kv_cache, write_kv_cache_ref
+from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache, write_kv_cache_ref
+from fastllm_kernels.rotary import rotary_embedding
 from kernel_testing import DEVICE, DTYPES, randn
 
 
@@ -61,3 +62,32 @@ def _write_matches_ref(key: torch.Tensor, value: torch.Tensor, slots: torch.Tens
     assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8))
     assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8))
     return k_cache
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rot_dim", [64, 32])  # 32: partial rotary, the rest of each head as it is
+def test_rotary_write_matches_rotary_then_write(dtype, rot_dim):
+    """One launch: query and key rotated in place, the rotated keys and the values in the cache,
+    bit for bit what the rotary kernel and then the cache write give (test_rotary.py checks the
+    rotation against torch)."""
+    num_tokens, heads, kv_heads, head_dim, block_size = 7, 4, 2, 64, 16
+    qkv = randn(num_tokens, heads + 2 * kv_heads, head_dim, dtype=dtype)
+    qkv_ref, original = qkv.clone(), qkv.clone()
+    positions = torch.tensor([0, 5, 9, 100, 3, 64, 200], device=DEVICE)
+    cos_sin = randn(256, rot_dim, dtype=torch.float32)
+    slots = torch.randperm(4 * block_size, device=DEVICE)[:num_tokens]
+    slots[3] = -1
+    k_cache = randn(4, block_size, kv_heads, head_dim, dtype=dtype)
+    v_cache = randn(4, block_size, kv_heads, head_dim, dtype=dtype)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+
+    def split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x[:, :heads], x[:, heads:heads + kv_heads], x[:, heads + kv_heads:]
+
+    query, key, value = split(qkv_ref)
+    rotary_embedding(positions, query, key, cos_sin, head_dim)
+    write_kv_cache(key, value, k_ref, v_ref, slots)
+    rotary_write_kv_cache(positions, *split(qkv), cos_sin, k_cache, v_cache, slots)
+
+    assert torch.equal(qkv, qkv_ref) and not torch.equal(qkv[:, :heads + kv_heads], original[:, :heads + kv_heads])
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)

@@ -16,6 +16,7 @@ from fastllm import LLM, SamplingParams
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.attention.torch_backend import TorchAttentionBackend
 from fastllm.attention.triton_backend import TritonAttentionBackend
+from fastllm.layers.rotary import RotaryEmbedding, Rotation
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 HEADS, KV_HEADS, DIM = 8, 2, 32  # GQA 4:1
@@ -128,6 +129,27 @@ def test_fp8_cache_matches_torch(cache_dtype, dtype, tol, caplog):
         assert torch.equal(cache.view(torch.uint8), ref.view(torch.uint8))
     assert _rel_err(got, expected) < tol
     assert len(caplog.records) == (0 if DEVICE == "cuda" else 1)
+
+
+@pytest.mark.parametrize("cache_dtype", [None, torch.float8_e4m3fn])
+def test_rotation_fused_into_the_cache_write(cache_dtype):
+    """Handed the step's rotation, the backend rotates q and k in place as it writes the cache
+    (one kernel; off CUDA an fp8 cache is written by torch): the same as rotating first."""
+    torch.manual_seed(5)
+    (q, k, v), caches, meta = _batch(**MIXED, block_size=16, dtype=torch.float32, cache_dtype=cache_dtype)
+    rotary = RotaryEmbedding(DIM, 256, 10000.0).to(DEVICE)
+    positions = torch.tensor([0, 36, 129, *range(20, 25), *range(70, 79)], device=DEVICE)
+    q_ref, k_ref = rotary(positions, q.clone(), k.clone())
+    ref_caches = [c.clone() for c in caches]
+    expected = TorchAttentionBackend().forward(q_ref, k_ref, v, *ref_caches, meta, SCALE)
+
+    got = TritonAttentionBackend().forward(q, k, v, *caches, meta, SCALE, rotation=Rotation(positions, rotary))
+
+    assert torch.allclose(q, q_ref, atol=1e-5) and torch.allclose(k, k_ref, atol=1e-5)
+    tol = 1e-5 if cache_dtype is None else 0.07  # an fp8 step where fp32 rounding differs
+    for cache, ref in zip(caches, ref_caches):
+        assert torch.allclose(cache.float(), ref.float(), rtol=tol, atol=1e-5)
+    assert _rel_err(got, expected) < (1e-4 if cache_dtype is None else 1e-2)
 
 
 def test_missing_kernels_name_the_install(monkeypatch):
