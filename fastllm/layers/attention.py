@@ -24,10 +24,9 @@ class Attention(nn.Module):
         first, by the backend where it ``fuses_rotation``."""
         ctx = get_forward_context()
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        extra = {}
-        if rotation is not None and getattr(ctx.backend, "fuses_rotation", False):
-            extra["rotation"] = rotation
-        elif rotation is not None:
+        if rotation is not None and not getattr(ctx.backend, "fuses_rotation", False):
             q, k = rotation(q, k)
-        out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.attn_metadata, self.scale, **extra)
+            rotation = None
+        fused = {} if rotation is None else {"rotation": rotation}
+        out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.attn_metadata, self.scale, **fused)
         return out.flatten(1)
