@@ -71,6 +71,16 @@ def _rotary_write_kernel(
                  stride_vt, stride_vh, stride_cache_slot, num_kv_heads, KV_HEADS_PAD, HEAD_DIM, SATURATE)
 
 
+def _check_layouts(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor) -> tuple[int, int, int]:
+    """``key``'s (tokens, kv heads, head dim), once the layouts the kernels index are checked."""
+    num_tokens, num_kv_heads, head_dim = key.shape
+    assert key.stride(-1) == 1 and value.stride(-1) == 1, "head_dim must be contiguous"
+    assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert k_cache.shape[2:] == (num_kv_heads, head_dim), "cache is [blocks, block_size, KVH, D]"
+    return num_tokens, num_kv_heads, head_dim
+
+
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Copy ``key``/``value`` ``[T, KVH, D]`` into their slots, in place; slot < 0 is skipped.
@@ -78,10 +88,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     ``key`` and ``value`` may be strided views (e.g. slices of a fused QKV output) as long as
     the head dimension is contiguous.
     """
-    num_tokens, num_kv_heads, head_dim = key.shape
-    assert key.stride(-1) == 1 and value.stride(-1) == 1, "head_dim must be contiguous"
-    assert k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert k_cache.shape[2:] == (num_kv_heads, head_dim), "cache is [blocks, block_size, KVH, D]"
+    num_tokens, num_kv_heads, head_dim = _check_layouts(key, value, k_cache, v_cache)
     if num_tokens == 0:
         return
     _write_kv_cache_kernel[(num_tokens,)](
@@ -98,9 +105,7 @@ def rotary_write_kv_cache(positions: torch.Tensor, query: torch.Tensor, key: tor
                           slot_mapping: torch.Tensor, is_neox: bool = True) -> None:
     """``rotary_embedding`` of ``query`` and ``key`` (in place), then ``write_kv_cache`` of the
     rotated keys and ``value``, in one launch: one kernel less a layer in every decode step."""
-    num_tokens, num_kv_heads, head_dim = key.shape
-    assert value.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert k_cache.shape[2:] == (num_kv_heads, head_dim), "cache is [blocks, block_size, KVH, D]"
+    num_tokens, _, head_dim = _check_layouts(key, value, k_cache, v_cache)
     if num_tokens == 0:
         return
     values, constexprs = rotary_args(positions, query, key, cos_sin_cache, head_dim, is_neox)
