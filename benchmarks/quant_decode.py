@@ -3,9 +3,10 @@
     python benchmarks/quant_decode.py --model llama-3-8b --load-format dummy --out quant_decode.json
 
 A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``). Each method
-gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens``
-generated tokens after the first, the median of ``--decode-repeats`` requests; the offline run (``--throughput-methods``, default bf16 vs
-fp8) over ``--num-prompts`` random prompts. Prints a table and writes the numbers as JSON.
+gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens`` generated tokens
+after the first, the median of ``--decode-repeats`` requests; the offline run
+(``--throughput-methods``, default bf16 vs fp8) over ``--num-prompts`` random prompts. Prints a
+table and writes the numbers as JSON.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode-tokens", type=int, default=128)
-    parser.add_argument("--decode-repeats", type=int, default=3, help="decodes timed per method; the median is reported")
+    parser.add_argument("--decode-repeats", type=int, default=3,
+                        help="decodes timed per method; the median is reported")
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
