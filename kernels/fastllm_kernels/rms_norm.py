@@ -20,7 +20,7 @@ def _rms_norm_kernel(
     stride_x, stride_residual, stride_out, stride_new_residual, hidden,
     BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
 ):
-    wait_for_inputs(PDL)
+    wait_for_inputs(PDL, RELEASE_FIRST=True)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
