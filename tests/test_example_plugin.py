@@ -41,3 +41,17 @@ def test_installed_plugin_model_is_used(tmp_path):
     listing = subprocess.run([sys.executable, "-m", "fastllm.entrypoints.cli.main", "plugins"], env=env,
                              capture_output=True, text=True, timeout=120)
     assert "SoftCapLlamaForCausalLM" in listing.stdout and "fastllm-plugin-example" in listing.stdout
+
+
+def test_plugin_passes_the_conformance_kit(tmp_path):
+    """The example plugin's own tests, run as its author would, against the installed plugin."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(EXAMPLE)], check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--rootdir",
+                          str(tmp_path), str(EXAMPLE / "tests")], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " 1 passed" in run.stdout
+

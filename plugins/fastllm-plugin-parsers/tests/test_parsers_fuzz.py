@@ -23,9 +23,9 @@ import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parser_harness import chunks_at, extract_tools, stream_reasoning, stream_tools
 
 from fastllm.chat import reasoning_parser, tool_parser
+from fastllm.testing.parsers import chunks_at, extract_tools, stream_reasoning, stream_tools
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

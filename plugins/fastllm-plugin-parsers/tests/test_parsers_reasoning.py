@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from parser_harness import splits, stream_reasoning
 
 from fastllm import registry
 from fastllm.chat import reasoning_parser
+from fastllm.testing.parsers import assert_streaming_matches_extract
 
 # (parser, enable_thinking, model output, expected reasoning, expected content)
 CASES = [
@@ -45,9 +45,7 @@ def test_typical_outputs_split_as_the_model_means(name, thinking, text, reasonin
 
 @pytest.mark.parametrize("name, thinking, text, reasoning, content", CASES)
 def test_every_streaming_split_matches_extract(name, thinking, text, reasoning, content):
-    parser = reasoning_parser(name, None, enable_thinking=thinking)
-    for chunks in splits(text):
-        assert stream_reasoning(parser, chunks) == (reasoning, content), chunks
+    assert_streaming_matches_extract(reasoning_parser(name, None, enable_thinking=thinking), text)
 
 
 def test_stream_holds_back_only_a_possible_marker():

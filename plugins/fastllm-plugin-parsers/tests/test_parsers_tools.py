@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from parser_harness import extract_tools, splits, stream_tools
 
 from fastllm import registry
 from fastllm.chat import tool_parser
+from fastllm.testing.parsers import assert_streaming_matches_extract, extract_tools
 
 WEATHER = ("get_weather", '{"city": "Paris", "unit": "celsius"}')
 TIME = ("get_time", '{"tz": "Europe/Paris"}')
@@ -83,9 +83,7 @@ def test_typical_outputs_give_the_right_calls(name, text, content, calls):
 
 @pytest.mark.parametrize("name, text, content, calls", CASES)
 def test_every_streaming_split_matches_extract(name, text, content, calls):
-    parser = tool_parser(name, None)
-    for chunks in splits(text):
-        assert stream_tools(parser, chunks) == (content, calls), chunks
+    assert_streaming_matches_extract(tool_parser(name, None), text)
 
 
 @pytest.mark.parametrize("name", ["hermes", "qwen3"])

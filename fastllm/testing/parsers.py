@@ -1,4 +1,4 @@
-"""Shared helpers of the parser tests: running a stream over chunks, and the splits to try."""
+"""Parser conformance: a parser's stream, over any cut of the text, adds up to its one-shot parse."""
 
 from __future__ import annotations
 
@@ -56,3 +56,16 @@ def chunks_at(text: str, cuts: list[int]) -> list[str]:
 def _run(parser: ReasoningParser | ToolParser, chunks: list[str]) -> list[DeltaMessage]:
     stream = parser.stream()
     return [stream.feed(chunk) for chunk in chunks] + [stream.finish()]
+
+
+def assert_streaming_matches_extract(parser: ReasoningParser | ToolParser, text: str) -> None:
+    """For every two-chunk cut of ``text``, and one character a chunk, the parser's summed deltas
+    equal its one-shot ``extract(text)``; a tool parser also keeps the OpenAI delta contract."""
+    if isinstance(parser, ReasoningParser):
+        whole: object = parser.extract(text)
+        for chunks in splits(text):
+            assert stream_reasoning(parser, chunks) == whole, chunks
+    else:
+        whole = extract_tools(parser, text)
+        for chunks in splits(text):
+            assert stream_tools(parser, chunks) == whole, chunks
