@@ -22,8 +22,9 @@ Factories = dict[str, Callable[..., Any]]
 def register_models() -> Factories:
     """Model classes keyed by HF architecture name (``LlamaForCausalLM``).
 
-    A class is built as ``cls(hf_config, engine_config)`` and must follow
-    ``fastllm.models.interface.CausalLM``.
+    A class is built as ``cls(hf_config)`` (the checkpoint's transformers config) under the
+    engine's default dtype and device, and must follow ``fastllm.models.interface.CausalLM``.
+    Check it with ``fastllm.testing.models.assert_greedy_matches_hf``.
     """
 
 
@@ -56,31 +57,51 @@ def register_quantizers() -> Factories:
     """Weight quantization methods keyed by the ``quantization=`` name (aliases share a class).
 
     Each factory is built as ``cls(checkpoint_config)`` and follows
-    ``fastllm.quantization.interface.Quantizer``; a checkpoint whose config.json declares
+    ``fastllm.quantization.interface.Quantizer`` (check an online method with
+    ``fastllm.testing.quantizers.assert_quantized_linear_close``); a checkpoint whose config.json declares
     ``quantization_config.quant_method`` is loaded by the quantizer registered under that name.
     """
 
 
 @hookspec
 def register_reasoning_parsers() -> Factories:
-    """Parsers that split chain-of-thought from the answer, keyed by name."""
+    """Parsers that split chain-of-thought from the answer, keyed by ``reasoning_parser=`` name.
+
+    A factory is called as ``cls(tokenizer, enable_thinking=...)`` and returns a
+    ``fastllm.chat.ReasoningParser``; check it with
+    ``fastllm.testing.parsers.assert_streaming_matches_extract``.
+    """
 
 
 @hookspec
 def register_tool_parsers() -> Factories:
-    """Parsers that extract tool calls from generated text, keyed by name."""
+    """Parsers that extract tool calls from generated text, keyed by ``tool_call_parser=`` name.
+
+    A factory is called as ``cls(tokenizer)`` and returns a ``fastllm.chat.ToolParser``; check it
+    with ``fastllm.testing.parsers.assert_streaming_matches_extract``.
+    """
 
 
 @hookspec
 def register_speculative_decoders() -> Factories:
-    """Draft-token proposers keyed by ``speculative_config["method"]``."""
+    """Draft-token proposers keyed by ``speculative_config["method"]``.
+
+    A factory is called as ``cls(speculative_config, engine_config)`` and follows
+    ``fastllm.spec_decode.interface.SpeculativeDecoder``.
+    """
 
 
 @hookspec
 def register_structured_output_backends() -> Factories:
-    """Grammar backends (JSON schema, regex, EBNF, choice), keyed by name."""
+    """Grammar backends (JSON schema, regex, EBNF, choice), keyed by ``structured_output_backend=``.
+
+    A factory is called as ``cls(tokenizer, vocab_size)`` and follows
+    ``fastllm.structured_output.interface.StructuredOutputBackend``.
+    """
 
 
 @hookspec
 def register_chat_templates() -> Factories:
-    """Chat templates keyed by name; each factory returns the Jinja source."""
+    """Chat templates keyed by name (``chat_template=``), each a
+    ``fastllm.chat.template.TemplateFactory``: calling it returns the Jinja source, and its
+    attributes (extra stop ids, tool parser, model-id rule) are the template's serving defaults."""
