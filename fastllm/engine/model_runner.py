@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import time
+import random
 from typing import Any, Callable, Optional
 
 import torch
@@ -38,6 +38,9 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
                  dtype: torch.dtype, structured_output: Any = None):
         self.config, self.hf_config, self.platform = config, hf_config, platform
+        # ``seed``: dummy weights and unseeded requests' sampling repeat from run to run.
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
         self.device, self.dtype = platform.device, dtype
         self.block_size = config.block_size
         self.structured_output = structured_output

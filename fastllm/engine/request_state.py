@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from fastllm.engine.detokenizer import Detokenizer
@@ -48,7 +48,6 @@ class RequestState:
     metrics: RequestMetrics
     error_code: int = 200
     error_msg: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
     final_output_only: bool = False
 
     @property

@@ -85,10 +85,6 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     @property
-    def last_token_id(self) -> int:
-        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
-
-    @property
     def needs_host_tokens(self) -> bool:
         """Its next logits depend on the values of its latest tokens (grammar, penalties, bad
         words, min_tokens still counting), so it cannot decode a token the host has not read."""
