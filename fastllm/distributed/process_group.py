@@ -28,7 +28,7 @@ def cpu_threads_per_rank(world_size: int) -> int:
     """Each CPU rank's share of the cores this process may run on.
 
     Ranks wait on each other at every collective, and OpenMP threads spin while they wait:
-    with more threads than cores, TP=3 on two cores ran 20x slower than with one thread a rank.
+    with more threads than cores, the ranks' spinning threads starve each other.
     """
     return max(1, len(os.sched_getaffinity(0)) // world_size)
 

@@ -1,6 +1,6 @@
 """One forward step as plain lists: what rank 0 sends its workers instead of Sequence objects.
 
-Lists of ints pickle about 30x faster than small torch tensors (whose pickling goes through
+Lists of ints pickle far faster than small torch tensors (whose pickling goes through
 torch.save) and carry no device, so each worker rebuilds the tensors on its own GPU.
 """
 

@@ -3,9 +3,8 @@
 At batch 1 a decode step reads every weight once, and the head is one of its largest reads:
 128256 x 4096 on Llama-3, 1 GB in bf16, an eighth of what an 8-bit model reads a token and a
 fifth of a 4-bit one. Every token is chosen from its output, so it gets the most faithful
-8-bit format rather than the body's: on SmolLM2 (4,096 tokens of opticks.txt), with the head
-in the body's own format, perplexity rose +4.7% under fp8 (body alone +1.7%) and +39.6% under
-int4 (+26.9%), while an int8 head changed nothing measurable (+0.0%). Off by default, as in
+8-bit format rather than the body's (a head in the body's fp8 or int4 costs far more
+perplexity than the body does; benchmarks/RESULTS.md). Off by default, as in
 vLLM; a head tied to the embedding (SmolLM2) keeps its float weight for the lookup, so there
 the int8 copy adds bytes.
 """

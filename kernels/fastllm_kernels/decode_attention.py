@@ -11,10 +11,9 @@ Decode is memory-bound: the cost is reading K and V once. So
 The running max of the online softmax (in log2 units) is rounded up to an integer, so every
 rescale is an exact power of two and each probability rounds to q's dtype for ``P @ V`` the
 same whichever piece or tile it falls in. The number of splits follows the batch size, so
-without this a sequence's 16-bit output would change with the batch it runs in (12% of fp16
-outputs between 1 and 5 splits in the test); with it only fp32 summation order differs (0.07%).
-Decode reads memory at the same speed either way; the compute-bound extend kernel keeps the
-exact max (rounding it cost 3-4% of its TFLOP/s on the H100).
+without this a sequence's 16-bit output would change with the batch it runs in; with it only
+fp32 summation order differs. Memory-bound decode pays nothing for it; the compute-bound
+extend kernel would, so it keeps the exact max.
 
 The split length is derived per sequence from its own ``seq_len`` inside the kernel, so the
 grid depends only on shapes and the launch can be captured in a CUDA graph. The number of

@@ -41,13 +41,12 @@ def wait_for_inputs(PDL: tl.constexpr, RELEASE_FIRST: tl.constexpr = False):
 
     ``RELEASE_FIRST`` is the RMSNorm's: between two GEMVs (o_proj or down_proj, then qkv_proj
     or gate_up_proj), one program a token, so the second GEMV launches while the first is in
-    its last wave and loads its first weights into the SMs that wave frees. nf4 decode on the
-    H100 gained 2.4% (the norms' share of the step fell by half); int4 and bf16 held. Released
-    first in the SwiGLU and attention kernels too, int4 lost 3-7%: launched early, its split-K
-    down_proj and o_proj ran slower, and so did the attention kernels they overlapped. A GEMV
-    releases after its wait: its successor launches once its last wave has started, never
-    taking an SM from one of its waves. Correctness does not depend on when: every kernel waits
-    before it reads an earlier kernel's output or stores, and completes only after its wait."""
+    its last wave and loads its first weights into the SMs that wave frees. Only the norm
+    releases first: a kernel launched early beside a split-K GEMV or the attention slows both.
+    A GEMV releases after its wait: its successor launches once its last wave has started,
+    never taking an SM from one of its waves. Correctness does not depend on when: every kernel
+    waits before it reads an earlier kernel's output or stores, and completes only after its
+    wait. Measured effects: ``benchmarks/RESULTS.md``."""
     if PDL:
         if RELEASE_FIRST:
             gdc_launch_dependents()

@@ -291,13 +291,11 @@ def uses_pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.devic
 
 def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
     """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; only int4
-    loads the next slice ahead. Both from the H100 sweep (``benchmarks/quant_gemm.py --sweep``,
-    Llama-3-8B's four layers): 4 rows beat 8 by 3-7%, loading ahead helps int4 alone. nf4 with
-    the pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes
-    spread along K (a slice of 1024 inputs a warp), 8 rows, the next slice loaded ahead: timed
-    in decode on the H100, where 16 rows for down_proj, or no loading ahead, were slower
-    (``benchmarks/RESULTS.md``; the sweep's one-layer timings did not predict decode here).
-    More rows: 32 columns, one K slice within a 4-bit group for the tensor cores."""
+    loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``). nf4 with the
+    pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes spread
+    along K (a slice of 1024 inputs a warp), 8 rows, the next slice loaded ahead (chosen by
+    timing whole decodes: one-layer timings did not predict them). More rows: 32 columns, one
+    K slice within a 4-bit group for the tensor cores. Figures: ``benchmarks/RESULTS.md``."""
     if m == 1:
         if k >= 2048 and uses_pair_table(fmt, x_dtype, device):
             warps = min(4, triton.next_power_of_2(k) // 1024)
@@ -330,8 +328,8 @@ def _num_sms(device: torch.device) -> int:
 def split_k_for(tiles: int, iters: int, m: int, n: int, num_warps: int, device: torch.device) -> int:
     """Splits of K that bring ``tiles`` programs up to ``PROGRAMS_PER_SM`` per SM (one-warp GEMV
     programs hold 70-130 registers a thread: 16 or more fit an SM). GEMV programs of several warps
-    (the nf4 pair table) split only while every split still fills the SMs: unsplit, Llama-3-8B's
-    down_proj (512 programs for 528 places) decoded 3% faster on the H100 than split in two."""
+    (the nf4 pair table) split only while every split still fills the SMs: a split that leaves
+    most places empty costs its epilogue and buys no more loads in flight."""
     programs = PROGRAMS_PER_SM.get(num_warps, 4) * _num_sms(device)
     wanted = programs // tiles if m == 1 and num_warps > 1 else triton.cdiv(programs, tiles)
     return max(min(wanted, iters, WORKSPACE_FLOATS // (m * n)), 1)

@@ -2,8 +2,8 @@
 
 The group size is the ``group_size`` option (``quantization_config`` for saved checkpoints).
 Online, each group's fit weighs its weights by their inputs' loudness (``loudness``). Groups of
-64 rather than 128: on SmolLM2 +7.5% perplexity against +10.2%, for 1.5% of the H100's batch-1
-decode speed on Llama-3-8B (363 against 369 tok/s; benchmarks/RESULTS.md).
+64 rather than 128: the perplexity target needs them, for a quarter bit more a weight and a
+little decode speed (figures: benchmarks/RESULTS.md).
 
 The same module runs AWQ and GPTQ checkpoints once they are repacked (``checkpoint_int4``).
 """

@@ -5,9 +5,7 @@ matters is each weight's squared error times its input's mean square (the diagon
 Hessian; llama.cpp's importance matrix). Group scales fitted under those weights spend the grid
 on the weights that meet loud inputs. Which channels are loud comes from the model itself (the
 residual stream's outlier channels, the norms' gains), so online the runner's random token ids
-do: on SmolLM2 (20,480 tokens scored), int4 over groups of 128 costs +30.2% perplexity with
-unweighted fits and +10.2% with loudness from 4,096 random tokens; nf4 +25.8% and +14.3%. In a
-throwaway trial the built-in calibration text did no better than random tokens.
+do as well as real text, with no data to ship (figures: benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -20,20 +20,14 @@ from fastllm_quant.common import group_size_for, option
 from fastllm_quant.loudness import InputAwareQuantizer, per_group
 from fastllm_quant.scale_search import by_row_slices, fit_scale
 
-# Blocks of 32, not QLoRA's 64: on SmolLM2 (20,480 tokens of opticks.txt) +7.5% perplexity
-# against +9.7% at 64, and +7.9% against +10.3% on the built-in calibration text (2,997 tokens of
-# mixed registers, held out: never used to choose); the H100 decodes them 1-4% slower (4.5 bits a
-# weight against 4.25; Llama-3-8B, batch 1: 1.94-1.98x bf16 against 2.00-2.01x).
+# Blocks of 32, not QLoRA's 64: the perplexity target needs them, on held-out text too, for a
+# quarter bit more a weight (figures: benchmarks/RESULTS.md).
 DEFAULT_BLOCK_SIZE = 32
 # The block fits weigh each weight's error by its input's relative mean square to this power.
 # 1 would be the layer's output error (the Hessian's diagonal), but a block's only free
 # parameter is its scale, and that optimum trades the loud inputs' weights for the many quiet
 # ones, as clipping does (which raised perplexity too). Squared, the loud inputs' weights are
-# kept closer. Blocks of 64: +9.7% against +14.3% on opticks.txt (where 2 was chosen over 1.5,
-# 2.5 and 3), +10.3% against +11.3% on the held-out text; blocks of 32: +7.5% against +10.1%,
-# and +7.9% against +9.1%. GPTQ error feedback (random-token or text Hessians, any damping
-# tried) and AWQ-style input scaling both did worse than these fits; int4's affine fit got
-# worse squared (+7.3% against +6.0% on 4,096 tokens), so this is nf4's alone.
+# kept closer. int4's affine fit has a zero point too and gets worse squared: nf4's alone.
 LOUDNESS_POWER = 2.0
 
 

@@ -136,7 +136,7 @@ def test_loud_inputs_lower_the_output_error(method, group, bound):
 def test_nf4_fits_weigh_loudness_squared(group):
     """nf4 weighs its fits by the loudness squared (``nf4.LOUDNESS_POWER``): the loud inputs'
     weights come out clearly closer than under the plain mean-square weighting (measured 0.75 /
-    0.84 of its squared error), which on SmolLM2 took perplexity from +14.3% to +9.7% (blocks of 64)."""
+    0.84 of its squared error)."""
     weight = random_weight("heavy_tailed")
     x, loud = loud_inputs(weight.shape[1])
     loudness = relative_loudness(x.square().mean(0))
