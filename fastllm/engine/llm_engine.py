@@ -134,7 +134,7 @@ class LLMEngine:
         spec = self.config.speculative_config
         if not spec:
             return None
-        return registry.get("speculative_decoders", spec.get("method", "lookahead"))(spec, self.config)
+        return registry.get("speculative_decoders", spec.get("method", ""))(spec, self.config)
 
     def _overlap_steps(self) -> bool:
         """Async scheduling: on where launches return early (CUDA, one rank), unless configured.

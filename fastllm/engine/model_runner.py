@@ -45,8 +45,11 @@ class ModelRunner:
         self.block_size = config.block_size
         self.structured_output = structured_output
         self.sampler = Sampler()
-        architecture = (getattr(hf_config, "architectures", None) or ["LlamaForCausalLM"])[0]
-        model_cls = registry.get("models", architecture)
+        architectures = getattr(hf_config, "architectures", None)
+        if not architectures:
+            raise ValueError("the model's config names no architecture (config.json 'architectures'): "
+                             f"registered models are {', '.join(registry.names('models'))}")
+        model_cls = registry.get("models", architectures[0])
         self.backend = registry.get("attention_backends",
                                     config.attention_backend or platform.default_attention_backend)()
         quantizer = build_quantizer(config.quantization, hf_config)

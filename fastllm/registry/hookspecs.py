@@ -8,7 +8,8 @@ remembers which distribution supplied each name.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import argparse
+from typing import Any, Callable, Optional
 
 import pluggy
 
@@ -105,3 +106,16 @@ def register_chat_templates() -> Factories:
     """Chat templates keyed by name (``chat_template=``), each a
     ``fastllm.chat.template.TemplateFactory``: calling it returns the Jinja source, and its
     attributes (extra stop ids, tool parser, model-id rule) are the template's serving defaults."""
+
+
+@hookspec
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """Add a plugin's own flags to every subcommand that builds an engine (``serve``,
+    ``generate``, ``chat``, ``bench``), so the core's CLI names no plugin."""
+
+
+@hookspec
+def engine_args_to_config(args: argparse.Namespace) -> Optional[dict[str, Any]]:
+    """``EngineConfig`` fields from the plugin's flags (or its documented environment variables),
+    or None; a field the user set through a core flag wins."""
+

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from fastllm.config import EngineConfig
 from fastllm.model_loader.resolve import embedded_model_path
+from fastllm.registry.manager import plugin_manager
 
 # flag -> environment variable that sets its default (AIAK / Angel-vLLM names)
 ENV_DEFAULTS = {
@@ -19,7 +20,6 @@ ENV_DEFAULTS = {
     "gpu_memory_utilization": "GPU_MEMORY_UTILIZATION", "enforce_eager": "ENFORCE_EAGER",
     "model": "MODEL", "tool_call_parser": "TOOL_CALL_PARSER", "reasoning_parser": "REASONING_PARSER",
 }
-DEFAULT_NUM_SPECULATIVE_TOKENS = 6  # Angel-vLLM's default lookahead length
 
 
 def env_bool(value: str) -> bool:
@@ -67,17 +67,13 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
                         help="store the LM head in weight-only int8 (faster batch-1 decode)")
     parser.add_argument("--reasoning-parser", default=None)
     parser.add_argument("--tool-call-parser", default=None)
-    parser.add_argument("--use-lookahead", action="store_true", default=None,
-                        help="lookahead speculative decoding (env USE_LOOKAHEAD=1)")
-    parser.add_argument("--num-speculative-tokens", type=int, default=None,
-                        help=f"lookahead draft length (env NUM_SPECULATIVE_TOKENS, default "
-                             f"{DEFAULT_NUM_SPECULATIVE_TOKENS})")
     parser.add_argument("--chat-template", default=None)
     parser.add_argument("--attention-backend", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hf-overrides", type=json.loads, default=None,
                         help='JSON of config fields to override, e.g. \'{"vocab_size": 49152}\' for a '
                              "dummy-weight model served with another model's tokenizer")
+    plugin_manager().hook.add_engine_args(parser=parser)
 
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
@@ -92,22 +88,12 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
             values[field] = value
     if not values.get("model"):  # only now: the embedded model's package need not be installed otherwise
         values["model"] = embedded_model_path()
-    if (speculative := _speculative_config(args)) is not None:
-        values.setdefault("speculative_config", speculative)
+    for fields in plugin_manager().hook.engine_args_to_config(args=args):
+        for field, value in (fields or {}).items():
+            values.setdefault(field, value)
     values.update(overrides)
     try:
         return EngineConfig(**values)
     except ValidationError as exc:
         raise invalid_settings(exc) from None
 
-
-def _speculative_config(args: argparse.Namespace) -> dict[str, Any] | None:
-    """Angel-vLLM's --use-lookahead / --num-speculative-tokens (or USE_LOOKAHEAD / NUM_SPECULATIVE_TOKENS)."""
-    use = getattr(args, "use_lookahead", None)
-    if use is None:
-        use = env_bool(os.environ.get("USE_LOOKAHEAD", "0"))
-    if not use:
-        return None
-    tokens = getattr(args, "num_speculative_tokens", None) or int(
-        os.environ.get("NUM_SPECULATIVE_TOKENS", DEFAULT_NUM_SPECULATIVE_TOKENS))
-    return {"method": "lookahead", "num_speculative_tokens": tokens}
