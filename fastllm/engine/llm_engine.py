@@ -47,12 +47,12 @@ class InFlightStep:
 
 
 def select_platform(name: Optional[str]) -> Any:
+    """The platform named, else the available one of highest priority (a third-party platform
+    plugin outranks the CPU by declaring a higher ``priority``)."""
     if name:
         return registry.get("platforms", name)()
-    cuda = registry.entries("platforms").get("cuda")
-    if cuda is not None and cuda.factory.is_available():
-        return cuda.factory()
-    return registry.get("platforms", "cpu")()
+    available = [entry.factory for entry in registry.entries("platforms").values() if entry.factory.is_available()]
+    return max(available, key=lambda factory: factory.priority)()
 
 
 class LLMEngine:

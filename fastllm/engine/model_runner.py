@@ -12,7 +12,6 @@ from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import tp_size
-from fastllm.engine.cuda_graphs import DecodeGraphs
 from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
@@ -64,7 +63,7 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
-        self.graphs: Optional[DecodeGraphs] = None
+        self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
 
     # ---- KV cache -------------------------------------------------------------------------
@@ -78,18 +77,18 @@ class ModelRunner:
         return per_token * self.block_size * len(self.model.model.layers)
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        """The serving cache; on CUDA also the kernel warm-up and the decode graphs over it
-        (verification steps of up to ``num_speculative_tokens`` drafts included)."""
+        """The serving cache; where the platform compiles kernels lazily, the warm-up, and where it
+        captures graphs, the decode graphs over it (verification steps of up to
+        ``num_speculative_tokens`` drafts included)."""
         self._allocate_caches(num_blocks)
-        if self.device.type == "cuda":
+        if self.platform.warms_up_kernels:
             self.warm_up()
-        if self._use_cuda_graphs():
+        if self._use_graphs():
             max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
             max_drafts = (self.config.speculative_config or {}).get("num_speculative_tokens", 0)
-            self.graphs = DecodeGraphs(self._eager_forward, self.config.max_num_seqs,
-                                       min(num_blocks, -(-max_len // self.block_size)), max_len, self.device,
-                                       max_query_len=1 + max_drafts)
-            self.graphs.capture()
+            self.graphs = self.platform.decode_graphs(self._eager_forward, self.config.max_num_seqs,
+                                                      min(num_blocks, -(-max_len // self.block_size)), max_len,
+                                                      max_query_len=1 + max_drafts)
 
     def _allocate_caches(self, num_blocks: int) -> None:
         attn = self.model.model.layers[0].self_attn
@@ -126,9 +125,9 @@ class ModelRunner:
             scheduled.append(ScheduledSequence(seq, new))
         return pack_inputs(scheduled, self.block_size, self.device)
 
-    def _use_cuda_graphs(self) -> bool:
-        """On CUDA unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
-        return (self.device.type == "cuda" and not self.config.enforce_eager and tp_size() == 1
+    def _use_graphs(self) -> bool:
+        """Unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
+        return (not self.config.enforce_eager and tp_size() == 1
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
@@ -249,7 +248,7 @@ class ModelRunner:
         hidden = self._throwaway_prefill(lengths)
         self.model.compute_logits(hidden[: max_num_seqs])
         self.platform.synchronize()
-        return torch.cuda.max_memory_allocated() if self.device.type == "cuda" else 0
+        return self.platform.peak_memory_bytes()
 
     @torch.inference_mode()
     def run_random_tokens(self) -> None:

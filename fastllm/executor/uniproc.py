@@ -21,7 +21,7 @@ class UniprocExecutor:
                                "so the layers would shard over it: shut the tensor-parallel LLM down "
                                "before building a single-process one")
         self.runner = ModelRunner(config, hf_config, platform, loader, dtype, structured_output)
-        self.overlaps_steps = platform.device.type == "cuda"
+        self.overlaps_steps = platform.overlaps_steps
 
     def launch(self, scheduled: list[ScheduledSequence],
                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -14,6 +14,9 @@ class CpuPlatform:
     device = torch.device("cpu")
     dist_backend = "gloo"
     default_attention_backend = "torch"
+    priority = 0
+    overlaps_steps = False  # a CPU op returns when it is done
+    warms_up_kernels = False
 
     @classmethod
     def is_available(cls) -> bool:
@@ -28,3 +31,10 @@ class CpuPlatform:
 
     def synchronize(self) -> None:
         pass
+
+    def peak_memory_bytes(self) -> int:
+        return 0
+
+    def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
+                      max_model_len: int, max_query_len: int) -> Optional[object]:
+        return None

@@ -7,6 +7,7 @@ from typing import Callable
 
 import torch
 
+from fastllm.platforms.cuda_graphs import DecodeGraphs
 from fastllm.platforms.interface import DTYPES
 
 logger = logging.getLogger(__name__)
@@ -16,6 +17,9 @@ class CudaPlatform:
     name = "cuda"
     dist_backend = "nccl"
     default_attention_backend = "triton"
+    priority = 10
+    overlaps_steps = True
+    warms_up_kernels = True
 
     def __init__(self) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())
@@ -46,3 +50,12 @@ class CudaPlatform:
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    def peak_memory_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated()
+
+    def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
+                      max_model_len: int, max_query_len: int) -> DecodeGraphs:
+        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len)
+        graphs.capture()
+        return graphs

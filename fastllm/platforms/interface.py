@@ -1,8 +1,9 @@
-"""A hardware platform: its device, default dtype and attention backend, and KV-cache budget."""
+"""A hardware platform: the only code that knows the device. Its dtype and attention backend,
+KV-cache budget, memory profiling, whether launches run ahead of the device, and graph capture."""
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 
@@ -12,6 +13,12 @@ class Platform(Protocol):
     device: torch.device
     dist_backend: str
     default_attention_backend: str
+    priority: int
+    """With no ``platform=`` named, the available platform of highest priority serves."""
+    overlaps_steps: bool
+    """Launches return before the device finishes, so step n+1 can be queued before step n is read."""
+    warms_up_kernels: bool
+    """Kernels compile on first use: run every variant once before serving."""
 
     @classmethod
     def is_available(cls) -> bool: ...
@@ -26,6 +33,16 @@ class Platform(Protocol):
         ...
 
     def synchronize(self) -> None: ...
+
+    def peak_memory_bytes(self) -> int:
+        """Peak bytes allocated on the device since the last reset (0 where not tracked)."""
+        ...
+
+    def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
+                      max_model_len: int, max_query_len: int) -> Optional[Any]:
+        """Captured decode steps (``fastllm.platforms.cuda_graphs.DecodeGraphs``'s interface:
+        ``can_run(meta)``, ``run(input_ids, positions, meta)``), or None to run eagerly."""
+        ...
 
 
 DTYPES = {

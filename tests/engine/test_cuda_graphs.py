@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from fastllm import LLM, SamplingParams
-from fastllm.engine.cuda_graphs import DecodeGraphs, capture_sizes
+from fastllm.platforms.cuda_graphs import DecodeGraphs, capture_sizes
 
 
 class _EagerReplay:
