@@ -17,7 +17,7 @@ from fastllm.models.llama import LlamaDecoderLayer, LlamaMLP
 
 def is_sparse_layer(config: Any, layer_idx: int) -> bool:
     end = config.moe_layer_end_index
-    end = config.num_hidden_layers - 1 if end == -1 else end
+    end = config.num_hidden_layers - 1 if end in (None, -1) else end
     return ((layer_idx + 1) % config.moe_layer_interval == 0
             and config.moe_layer_start_index <= layer_idx <= end)
 

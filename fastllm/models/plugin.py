@@ -20,5 +20,6 @@ def register_models():
         "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
         "MixtralForCausalLM": MixtralForCausalLM,
         "Ernie4_5ForCausalLM": Ernie4_5ForCausalLM,
+        "Ernie4_5_ForCausalLM": Ernie4_5ForCausalLM,  # the name in Baidu's remote-code config.json
         "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
     }
