@@ -13,7 +13,7 @@ from typing import Any
 
 from fastllm.bench.datasets import random_requests
 from fastllm.bench.device_rates import copy_bandwidth
-from fastllm.bench.model_size import active_weight_bytes, local_model
+from fastllm.bench.model_size import local_model, weight_bytes
 from fastllm.bench.stats import distribution
 from fastllm.bench.table import print_columns
 from fastllm.bench.timed_run import run_timed
@@ -55,7 +55,7 @@ def roofline(llm: LLM, bandwidth: float | None, rows: list[dict[str, Any]]) -> d
     model = local_model(llm)
     if bandwidth is None or model is None:
         return {}
-    nbytes = active_weight_bytes(model)
+    nbytes = weight_bytes(model)
     limit = bandwidth / nbytes
     result = {"weight_bytes": nbytes, "copy_bandwidth_gb_s": bandwidth / 1e9, "roofline_batch1_tok_s": limit}
     batch1 = next((row for row in rows if row["batch_size"] == 1), None)

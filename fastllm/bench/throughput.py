@@ -18,7 +18,7 @@ import torch
 from fastllm.bench.datasets import BenchRequest, random_requests, sharegpt_requests
 from fastllm.bench.device_rates import matmul_flops
 from fastllm.bench.hf_baseline import hf_generate_throughput, load_hf_model
-from fastllm.bench.model_size import local_model, num_active_parameters
+from fastllm.bench.model_size import local_model, num_parameters
 from fastllm.bench.stats import summarize
 from fastllm.bench.table import print_summary
 from fastllm.bench.timed_run import run_timed
@@ -51,11 +51,11 @@ def build_requests(args: argparse.Namespace, llm: LLM) -> list[BenchRequest]:
 
 
 def mfu(llm: LLM, matmul_rate: float | None, summary: dict[str, Any]) -> dict[str, Any]:
-    """2 * active parameters FLOPs per processed token (attention's own FLOPs left out) over the measured rate."""
+    """2 * parameters FLOPs per processed token (attention's own FLOPs left out) over the measured rate."""
     model = local_model(llm)
     if matmul_rate is None or model is None:
         return {}
-    params = num_active_parameters(model)
+    params = num_parameters(model)
     flops = 2 * params * (summary["total_input_tokens"] + summary["total_output_tokens"]) / summary["duration"]
     return {"num_parameters": params, "matmul_tflops": matmul_rate / 1e12, "model_tflops": flops / 1e12,
             "mfu_pct": 100 * flops / matmul_rate}
