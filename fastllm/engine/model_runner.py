@@ -16,6 +16,7 @@ from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
+from fastllm.layers.fused import use_kernels
 from fastllm.outputs import Logprobs
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
@@ -43,7 +44,8 @@ class ModelRunner:
         self.device, self.dtype = platform.device, dtype
         self.block_size = config.block_size
         self.structured_output = structured_output
-        self.sampler = Sampler()
+        kernels = platform.kernels()
+        self.sampler = Sampler(kernels)
         architectures = getattr(hf_config, "architectures", None)
         if not architectures:
             raise ValueError("the model's config names no architecture (config.json 'architectures'): "
@@ -55,7 +57,7 @@ class ModelRunner:
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
-            with torch.device(self.device):
+            with torch.device(self.device), use_kernels(kernels):
                 self.model = model_cls(hf_config)
         finally:
             torch.set_default_dtype(previous)

@@ -1,31 +1,30 @@
-"""fastllm-kernels' fused Triton ops for the layers: one kernel where torch would launch several.
+"""Which fused kernels the layers use: chosen once, when the model is built, not per call.
 
-``FASTLLM_TRITON_OPS``: ``auto`` (the default) uses them on CUDA tensors when fastllm-kernels
-is installed, ``1`` everywhere (on CPU through Triton's interpreter, for tests), ``0`` never.
+The platform names the kernel module (``Platform.kernels()``: fastllm-kernels' Triton ops on
+CUDA, none on the CPU), and every layer built inside ``use_kernels(module)`` keeps that module
+(``current_kernels()`` in its constructor); a layer with None runs its plain torch path.
 """
 
 from __future__ import annotations
 
-import os
+from contextlib import contextmanager
 from types import ModuleType
-from typing import Optional
+from typing import Iterator, Optional
 
-import torch
-
-MODE = os.environ.get("FASTLLM_TRITON_OPS", "auto")
-_kernels: Optional[ModuleType] = None
-_looked_up = False
+_current: Optional[ModuleType] = None
 
 
-def kernels_for(x: torch.Tensor) -> Optional[ModuleType]:
-    """The kernel module when ``x`` should go through it, else None (use plain torch)."""
-    global _kernels, _looked_up
-    if MODE == "0" or (MODE == "auto" and not x.is_cuda):
-        return None
-    if not _looked_up:
-        try:
-            import fastllm_kernels
-        except ImportError:
-            fastllm_kernels = None
-        _kernels, _looked_up = fastllm_kernels, True
-    return _kernels
+@contextmanager
+def use_kernels(kernels: Optional[ModuleType]) -> Iterator[None]:
+    """Layers constructed inside use ``kernels`` (None: plain torch)."""
+    global _current
+    previous, _current = _current, kernels
+    try:
+        yield
+    finally:
+        _current = previous
+
+
+def current_kernels() -> Optional[ModuleType]:
+    """The kernel module a layer under construction should keep."""
+    return _current

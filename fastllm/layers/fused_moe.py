@@ -13,6 +13,7 @@ and the loader fills only those.
 from __future__ import annotations
 
 import re
+from types import ModuleType
 from typing import Optional
 
 import torch
@@ -20,20 +21,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
-from fastllm.layers.fused import kernels_for
+from fastllm.layers.fused import current_kernels
 
 ACTIVATIONS = {"silu": F.silu}
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+                  topk_ids: torch.Tensor, activation: str = "silu",
+                  kernels: Optional[ModuleType] = None) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
-    first dimension. The Triton kernel of fastllm-kernels runs it where it can; the torch
-    reference below runs anywhere.
+    first dimension. ``kernels`` (the layer's, see ``fastllm.layers.fused``) runs it where it
+    has ``fused_experts``; the torch reference below runs anywhere.
     """
-    kernels = kernels_for(hidden)
     if kernels is not None and hasattr(kernels, "fused_experts"):
         return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation)
     return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation)
@@ -125,10 +126,12 @@ class FusedMoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(len(self.expert_ids), hidden_size, shard), requires_grad=False)
         self.w13.weight_loader = self.w2.weight_loader = self.weight_loader
         self.shared_experts = shared_experts
+        self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden)
-        out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation))
+        out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation,
+                                      self.kernels))
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out

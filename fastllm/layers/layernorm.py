@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from fastllm.layers.fused import kernels_for
+from fastllm.layers.fused import current_kernels
 
 
 class RMSNorm(nn.Module):
@@ -15,6 +15,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
+        self.kernels = current_kernels()
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
@@ -24,7 +25,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
         """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual)."""
-        kernels = kernels_for(x)
+        kernels = self.kernels
         if kernels is not None:
             if residual is None:
                 return kernels.rms_norm(x, self.weight, self.eps)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from fastllm.layers.fused import kernels_for
+from fastllm.layers.fused import current_kernels
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
@@ -43,12 +43,12 @@ class RotaryEmbedding(nn.Module):
         freqs = torch.arange(max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
         self.register_buffer("cos_sin_cache", torch.cat([freqs.cos(), freqs.sin()], dim=-1),
                              persistent=False)
+        self.kernels = current_kernels()
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
         """query ``[T, H, D]``, key ``[T, KVH, D]``; returns both rotated (in place on CUDA)."""
-        kernels = kernels_for(query)
-        if kernels is not None:
-            return kernels.rotary_embedding(positions, query, key, self.cos_sin_cache, query.shape[-1])
+        if self.kernels is not None:
+            return self.kernels.rotary_embedding(positions, query, key, self.cos_sin_cache, query.shape[-1])
         cos, sin = self.cos_sin_cache[positions].chunk(2, dim=-1)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return _rotate(query, cos, sin), _rotate(key, cos, sin)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Callable, Optional
 
 import torch
 
-from fastllm.platforms.interface import DTYPES
+from fastllm.platforms.interface import DTYPES, fastllm_kernels
 
 
 class CpuPlatform:
@@ -31,6 +32,9 @@ class CpuPlatform:
 
     def synchronize(self) -> None:
         pass
+
+    def kernels(self) -> Optional[ModuleType]:
+        return fastllm_kernels(default_on=False)
 
     def peak_memory_bytes(self) -> int:
         return 0

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from types import ModuleType
+from typing import Callable, Optional
 
 import torch
 
 from fastllm.platforms.cuda_graphs import DecodeGraphs
-from fastllm.platforms.interface import DTYPES
+from fastllm.platforms.interface import DTYPES, fastllm_kernels
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ class CudaPlatform:
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    def kernels(self) -> Optional[ModuleType]:
+        return fastllm_kernels(default_on=True)
 
     def peak_memory_bytes(self) -> int:
         return torch.cuda.max_memory_allocated()

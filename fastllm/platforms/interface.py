@@ -3,6 +3,8 @@ KV-cache budget, memory profiling, whether launches run ahead of the device, and
 
 from __future__ import annotations
 
+import os
+from types import ModuleType
 from typing import Any, Callable, Optional, Protocol
 
 import torch
@@ -34,6 +36,11 @@ class Platform(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def kernels(self) -> Optional[ModuleType]:
+        """The fused-kernel module the layers and the sampler keep when the model is built
+        (``fastllm.layers.fused.use_kernels``), or None for their plain torch paths."""
+        ...
+
     def peak_memory_bytes(self) -> int:
         """Peak bytes allocated on the device since the last reset (0 where not tracked)."""
         ...
@@ -49,3 +56,18 @@ DTYPES = {
     "half": torch.float16, "float16": torch.float16, "bfloat16": torch.bfloat16,
     "float": torch.float32, "float32": torch.float32,
 }
+
+
+def fastllm_kernels(default_on: bool) -> Optional[ModuleType]:
+    """fastllm-kernels' Triton ops where the platform uses them: ``FASTLLM_TRITON_OPS`` is
+    ``auto`` (the platform's default), ``1`` (always; on the CPU through Triton's interpreter,
+    as the tests do) or ``0`` (never); None where the package is not installed."""
+    mode = os.environ.get("FASTLLM_TRITON_OPS", "auto")
+    if mode == "0" or (mode == "auto" and not default_on):
+        return None
+    try:
+        import fastllm_kernels
+    except ImportError:
+        return None
+    return fastllm_kernels
+

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from types import ModuleType
 from typing import Any, Optional
 
 import torch
 
-from fastllm.layers.fused import kernels_for
 from fastllm.sampling.batch import SamplingBatch
 from fastllm.sampling.logits_processors import apply_logit_edits, has_logit_edits
 
@@ -80,7 +80,11 @@ def exponential_noise(shape: torch.Size, batch: SamplingBatch, device: torch.dev
 
 
 class Sampler:
-    """Logits ``[rows, vocab]`` (float32) -> one token per row, with optional top logprobs."""
+    """Logits ``[rows, vocab]`` (float32) -> one token per row, with optional top logprobs.
+    ``kernels``: the platform's kernel module (``Platform.kernels()``), or None for plain torch."""
+
+    def __init__(self, kernels: Optional[ModuleType] = None):
+        self.kernels = kernels
 
     def distribution(self, logits: torch.Tensor, batch: SamplingBatch,
                      structured_output: Any = None) -> Distribution:
@@ -88,7 +92,7 @@ class Sampler:
             logits = self._mask_and_edit(logits, batch, structured_output)
         else:
             logits = apply_logit_edits(logits, batch)
-        kernels = kernels_for(logits)
+        kernels = self.kernels
         if kernels is not None:  # two launches, the vocabulary spread over the GPU
             logsumexp, greedy_tokens = kernels.logsumexp_argmax(logits)
         else:
@@ -113,7 +117,7 @@ class Sampler:
         """argmax(p / E), E ~ Exp(1): an exact draw from p (the argmax itself for greedy rows)."""
         if batch.all_greedy:
             return dist.greedy_tokens
-        kernels = kernels_for(dist.logits)
+        kernels = self.kernels
         if kernels is not None and not batch.any_min_p:
             return kernels.sample_top_k_top_p(dist.logits, batch.temperature, batch.top_k, batch.top_p,
                                               batch.seeds, batch.offsets)

@@ -83,15 +83,14 @@ def test_min_tokens_bias_and_bad_words():
     assert out[8] == float("-inf") and out[9] == float("-inf")  # [1, 9]: 1 was just generated
 
 
-def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
+def test_triton_sampler_path_draws_the_torch_target_distribution():
     """With the kernels forced on (Triton's interpreter here), top-k / top-p rows go through
     fastllm-kernels' sampler: same support and distribution as the torch path, greedy rows
     their argmax, a row's token fixed by its seed and token count alone. The interpreter runs
     a program a row, so the draws are few and the bound loose (about 2.5 times the expected
     total variation); kernels/tests/test_sampling.py checks the distribution itself closely."""
-    import fastllm.layers.fused as fused
+    import fastllm_kernels
 
-    monkeypatch.setattr(fused, "MODE", "1")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # no interpreter where CUDA is
     torch.manual_seed(1)
     logits = (torch.randn(1, 32) * 2).to(device)
@@ -101,7 +100,7 @@ def test_triton_sampler_path_draws_the_torch_target_distribution(monkeypatch):
     for i, row in enumerate(batch.rows):
         row.seq.seed = i
     batch = SamplingBatch.build(batch.rows, device)
-    sampler = Sampler()
+    sampler = Sampler(fastllm_kernels)
     dist = sampler.distribution(logits.repeat(draws + 1, 1), batch)
     target = dist.probs[0]  # the torch path's distribution (not used by the Triton draw)
     tokens = sampler.sample(dist, batch)
