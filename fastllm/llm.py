@@ -32,20 +32,24 @@ class LLM:
     """Load a model once, then batch prompts through the engine's continuous batching.
 
     Every keyword of ``EngineConfig`` is accepted (``max_model_len``, ``block_size``,
-    ``max_num_seqs``, ``num_gpu_blocks_override``, ``enable_prefix_caching``, ...).
+    ``max_num_seqs``, ``num_gpu_blocks_override``, ``enable_prefix_caching``, ...); the seeds'
+    keywords are named here, and a keyword left out takes ``EngineConfig``'s default (block_size
+    64, max_num_seqs 256, gpu_memory_utilization 0.9, kv_cache_ratio 0.75, ...).
     """
 
-    def __init__(self, model: str, tensor_parallel_size: int = 1, max_model_len: Optional[int] = None,
-                 block_size: int = 64, max_num_seqs: int = 256, gpu_memory_utilization: float = 0.9,
-                 num_gpu_blocks_override: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
-                 kv_cache_ratio: float = 0.75, enable_prefix_caching: bool = False,
-                 quantization: Optional[str] = None, reasoning_parser: Optional[str] = None, **kwargs: Any):
-        self.config = EngineConfig(
-            model=model, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-            block_size=block_size, max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
-            num_gpu_blocks_override=num_gpu_blocks_override, max_num_batched_tokens=max_num_batched_tokens,
-            kv_cache_ratio=kv_cache_ratio, enable_prefix_caching=enable_prefix_caching,
-            quantization=quantization, reasoning_parser=reasoning_parser, **kwargs)
+    def __init__(self, model: str, tensor_parallel_size: Optional[int] = None, max_model_len: Optional[int] = None,
+                 block_size: Optional[int] = None, max_num_seqs: Optional[int] = None,
+                 gpu_memory_utilization: Optional[float] = None, num_gpu_blocks_override: Optional[int] = None,
+                 max_num_batched_tokens: Optional[int] = None, kv_cache_ratio: Optional[float] = None,
+                 enable_prefix_caching: Optional[bool] = None, quantization: Optional[str] = None,
+                 reasoning_parser: Optional[str] = None, **kwargs: Any):
+        named = dict(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, block_size=block_size,
+                     max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
+                     num_gpu_blocks_override=num_gpu_blocks_override,
+                     max_num_batched_tokens=max_num_batched_tokens, kv_cache_ratio=kv_cache_ratio,
+                     enable_prefix_caching=enable_prefix_caching, quantization=quantization,
+                     reasoning_parser=reasoning_parser)
+        self.config = EngineConfig(model=model, **{k: v for k, v in named.items() if v is not None}, **kwargs)
         self.engine = LLMEngine(self.config)
         self._ids = itertools.count()
 
