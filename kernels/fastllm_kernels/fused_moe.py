@@ -1,0 +1,259 @@
+"""Mixture-of-experts feed-forward: every token through its top-k experts' SwiGLU, weighted and summed.
+
+The (token, slot) pairs are grouped by expert and each expert's run is padded to the tile
+height (``moe_align_block_size``), so a tile of rows never straddles two experts. Then two
+grouped GEMM launches: gate and up in one (the SiLU-and-mul applied to the accumulators, so
+the ``[pairs, 2I]`` projection is never stored), and down, scaled by the pair's routing
+weight. Each program reads only its expert's weights: at decode only the routed experts' bytes
+move. The k rows of a token are summed by one reduction, in a fixed order (deterministic,
+unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes).
+
+Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
+tiles past the padded pairs exit at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+from fastllm_kernels.quant.common import dot_precision
+
+MAX_ALIGN_PAIRS = 4096
+"""Pairs the one-program alignment kernel sorts in registers (decode and small batches, where
+the dozen torch launches of the general path would cost more than the GEMMs)."""
+
+
+@dataclass(frozen=True)
+class MoeTiling:
+    """One grouped GEMM's tile: ``block_m`` pairs (the alignment unit) by ``block_n`` output
+    columns (gate and up each, in the gated GEMM) by ``block_k`` inputs a step."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def default_tilings(num_pairs: int, num_experts: int) -> tuple[MoeTiling, MoeTiling]:
+    """(gate-up, down) tiles by pairs an expert gets on average. A few (decode): the product is
+    a weight stream, so thin tiles give many programs, each with deep K steps in flight. Many
+    (prefill): square-ish tensor-core tiles, grouped along M so an expert's weight tile serves
+    its row blocks from L2."""
+    per_expert = num_pairs / num_experts
+    if per_expert <= 4:
+        tile = MoeTiling(16, 32, 256, num_stages=4)
+        return tile, tile
+    if per_expert <= 32:
+        tile = MoeTiling(16, 64, 128, num_stages=4)
+        return tile, tile
+    if per_expert <= 128:
+        return MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
+    return (MoeTiling(128, 64, 64, group_m=8, num_warps=8, num_stages=3),
+            MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3))
+
+
+# ---- token grouping ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExpertBlocks:
+    """Pairs grouped by expert. ``sorted_pairs [num_blocks * block_m]``: pair ids (``token * k +
+    slot``), each expert's run padded to whole blocks with ``num_pairs`` (no pair);
+    ``expert_ids [num_blocks]``: each block's expert (``num_experts`` past the end);
+    ``num_padded [1]``: slots in use. ``num_blocks`` is an upper bound from the shapes."""
+
+    sorted_pairs: torch.Tensor
+    expert_ids: torch.Tensor
+    num_padded: torch.Tensor
+    block_m: int
+
+    @property
+    def num_blocks(self) -> int:
+        return self.expert_ids.shape[0]
+
+
+def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
+    """At most one partial block per expert that gets a pair, beyond the full ones."""
+    return triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+
+
+@triton.jit
+def _align_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, num_pairs, num_experts, num_blocks,
+                  BLOCK_M: tl.constexpr, PAIRS: tl.constexpr, EXPERTS: tl.constexpr, CHUNK: tl.constexpr):
+    """One program: a histogram of experts, padded run starts by cumsum, the pairs sorted by
+    (expert, pair) as packed int32 keys; a pair's slot is its run's start plus its rank there."""
+    pair = tl.arange(0, PAIRS)
+    expert_of = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=num_experts).to(tl.int32)
+    bins = tl.arange(0, EXPERTS)
+    counts = tl.where(bins < num_experts, tl.histogram(expert_of, EXPERTS), 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, 0)
+    # a sorted pair's rank in its run: its sorted position minus the pairs of earlier experts
+    run_shift = ends - padded - (tl.cumsum(counts, 0) - counts)
+    keys = tl.sort(expert_of * PAIRS + pair)
+    expert = keys // PAIRS
+    slot = tl.gather(run_shift, tl.minimum(expert, EXPERTS - 1), 0) + pair
+    total = tl.sum(padded, 0)
+    for start in range(0, num_blocks * BLOCK_M, CHUNK):
+        fill = start + tl.arange(0, CHUNK)
+        tl.store(sorted_ptr + fill, num_pairs, mask=fill < num_blocks * BLOCK_M)
+    tl.debug_barrier()  # the padding is written before any pair lands on it
+    tl.store(sorted_ptr + slot, keys % PAIRS, mask=expert < num_experts)
+    for start in range(0, num_blocks, CHUNK):
+        block = start + tl.arange(0, CHUNK)
+        ended = (ends[None, :] <= block[:, None] * BLOCK_M) & (bins < num_experts)[None, :]
+        tl.store(expert_ids_ptr + block, tl.sum(ended.to(tl.int32), 1), mask=block < num_blocks)
+    tl.store(num_padded_ptr, total)
+
+
+def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int) -> ExpertBlocks:
+    """Group the pairs of ``topk_ids [T, k]`` by expert into blocks of ``block_m`` slots."""
+    ids = topk_ids.reshape(-1)
+    num_pairs = ids.numel()
+    blocks = max_blocks(num_pairs, num_experts, block_m)
+    if num_pairs > MAX_ALIGN_PAIRS or num_experts * num_pairs >= 1 << 31:
+        return _align_torch(ids, block_m, num_experts, blocks)
+    sorted_pairs = torch.empty(blocks * block_m, dtype=torch.int32, device=ids.device)
+    expert_ids = torch.empty(blocks, dtype=torch.int32, device=ids.device)
+    num_padded = torch.empty(1, dtype=torch.int32, device=ids.device)
+    pairs = triton.next_power_of_2(max(num_pairs, 2))
+    _align_kernel[(1,)](ids, sorted_pairs, expert_ids, num_padded, num_pairs, num_experts, blocks, BLOCK_M=block_m,
+                        PAIRS=pairs, EXPERTS=triton.next_power_of_2(num_experts + 1), CHUNK=256,
+                        num_warps=max(4, min(16, pairs // 256)))
+    return ExpertBlocks(sorted_pairs, expert_ids, num_padded, block_m)
+
+
+def _align_torch(ids: torch.Tensor, block_m: int, num_experts: int, blocks: int) -> ExpertBlocks:
+    """The same grouping in torch ops without host syncs (large prefill batches)."""
+    num_pairs = ids.numel()
+    ids = ids.long()
+    counts = torch.zeros(num_experts, dtype=torch.long, device=ids.device).scatter_add_(0, ids, torch.ones_like(ids))
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = padded.cumsum(0)
+    run_shift = ends - padded - (counts.cumsum(0) - counts)
+    expert, order = torch.sort(ids, stable=True)
+    slot = run_shift[expert] + torch.arange(num_pairs, device=ids.device)
+    sorted_pairs = torch.full((blocks * block_m,), num_pairs, dtype=torch.int32, device=ids.device)
+    sorted_pairs[slot] = order.to(torch.int32)
+    starts = torch.arange(blocks, device=ids.device) * block_m
+    expert_ids = torch.searchsorted(ends, starts, right=True).to(torch.int32)
+    return ExpertBlocks(sorted_pairs, expert_ids, ends[-1:].to(torch.int32), block_m)
+
+
+# ---- grouped GEMMs ----------------------------------------------------------------------------
+@triton.jit
+def _grouped_gemm_kernel(
+    a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
+    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_om, up_rows,
+    ROWS_PER_A: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
+):
+    """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
+    ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
+    ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
+    store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream)."""
+    wait_for_inputs(PDL)
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * n_tiles
+    first_m = pid // in_group * GROUP_M
+    size_m = tl.minimum(num_blocks - first_m, GROUP_M)
+    pid_m = first_m + pid % in_group % size_m
+    pid_n = pid % in_group // size_m
+    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+        return
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_in = pairs < num_pairs
+    a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    w_rows = w_ptr + expert * stride_we + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * stride_wn
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
+            w = tl.load(w_rows + k0 + ks[None, :])
+        else:
+            k_in = (k0 + ks < K)[None, :]
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & k_in, other=0.0)
+            w = tl.load(w_rows + k0 + ks[None, :], mask=k_in, other=0.0)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+        if GATED:
+            if EVEN_K:
+                up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :])
+            else:
+                up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :], mask=k_in, other=0.0)
+            acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if WEIGHTED:
+        acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
+    out_ptrs = out_ptr + pairs[:, None] * stride_om + cols[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
+
+
+def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
+                 rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
+    (twice N gated), K]``; rows of ``a`` are tokens (``rows_per_a`` = k) or pairs (1)."""
+    n = w.shape[1] // 2 if gated else w.shape[1]
+    k = w.shape[2]
+    if tiling.block_m != blocks.block_m:
+        raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
+    if w.stride(2) != 1 or a.stride(1) != 1:
+        raise ValueError("weights and activations need contiguous rows")
+    grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
+    _grouped_gemm_kernel[grid](
+        a, w, out, blocks.sorted_pairs, blocks.expert_ids, blocks.num_padded,
+        out if topk_weights is None else topk_weights,
+        n, k, out.shape[0], blocks.num_blocks, a.stride(0), w.stride(0), w.stride(1), out.stride(0), n,
+        ROWS_PER_A=rows_per_a, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
+        BLOCK_N=tiling.block_n, BLOCK_K=tiling.block_k, GROUP_M=tiling.group_m, EVEN_K=k % tiling.block_k == 0,
+        PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+        **pdl_launch(a.device))
+    return out
+
+
+def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                  topk_ids: torch.Tensor, activation: str = "silu",
+                  tilings: tuple[MoeTiling, MoeTiling] | None = None) -> torch.Tensor:
+    """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
+    ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
+    ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``."""
+    if activation != "silu":
+        raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
+    tokens, top_k = topk_ids.shape
+    num_experts, inner = w13.shape[0], w13.shape[1] // 2
+    if w13.shape[2] != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner):
+        raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
+    gate_up, down = tilings or default_tilings(tokens * top_k, num_experts)
+    hidden = hidden.contiguous()
+    blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
+    act = hidden.new_empty((tokens * top_k, inner))
+    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True)
+    if down.block_m != gate_up.block_m:
+        blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
+    per_pair = hidden.new_empty((tokens * top_k, hidden.shape[1]))
+    grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1))
+    return per_pair.view(tokens, top_k, -1).sum(dim=1)
+
+
+def fused_experts_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                      topk_ids: torch.Tensor) -> torch.Tensor:
+    """A loop over experts in torch, in hidden's dtype."""
+    out = torch.zeros_like(hidden)
+    for expert in topk_ids.unique().tolist():
+        token, slot = (topk_ids == expert).nonzero(as_tuple=True)
+        gate, up = F.linear(hidden[token], w13[expert]).chunk(2, dim=-1)
+        y = F.linear(F.silu(gate) * up, w2[expert])
+        out.index_add_(0, token, y * topk_weights[token, slot, None].to(hidden.dtype))
+    return out
