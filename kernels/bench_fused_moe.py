@@ -1,5 +1,5 @@
 """Time ``fused_experts`` at the MoE shapes of Qwen3-30B-A3B, ERNIE-4.5-21B-A3B and Mixtral-8x7B on a
-CUDA GPU, against the torch loop over experts, and sweep the grouped GEMMs' tiles.
+CUDA GPU, against the torch loop over experts (``fastllm``'s reference), and sweep the grouped GEMMs' tiles.
 
     python kernels/bench_fused_moe.py [--sweep] [--csv fused_moe.csv]
 
@@ -19,8 +19,8 @@ import itertools
 import torch
 import triton
 
-from fastllm_kernels.fused_moe import (MoeTiling, default_tilings, fused_experts, fused_experts_ref, grouped_gemm,
-                                       moe_align_block_size)
+from fastllm.layers.fused_moe import fused_experts_reference
+from fastllm_kernels.fused_moe import MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
     "qwen3-30b-a3b": (2048, 768, 128, 8),
@@ -73,11 +73,11 @@ def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float) -> list[dict]:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         out = fused_experts(x, w13, w2, topk_weights, topk_ids)
-        ref = fused_experts_ref(x.float(), w13.float(), w2.float(), topk_weights, topk_ids) if tokens <= 4096 else None
+        ref = fused_experts_reference(x.float(), w13.float(), w2.float(), topk_weights, topk_ids) if tokens <= 4096 else None
         err = ((out.float() - ref).norm() / ref.norm()).item() if ref is not None else float("nan")
         del ref
         graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids))
-        loop_ms = triton.testing.do_bench(lambda: fused_experts_ref(x, w13, w2, topk_weights, topk_ids),
+        loop_ms = triton.testing.do_bench(lambda: fused_experts_reference(x, w13, w2, topk_weights, topk_ids),
                                           warmup=5, rep=50, return_mode="median")
         nbytes = weights_bytes(topk_ids, hidden, inner, w13.element_size())
         flops = 2 * 3 * tokens * top_k * hidden * inner

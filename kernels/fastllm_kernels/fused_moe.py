@@ -14,10 +14,9 @@ tiles past the padded pairs exit at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -27,6 +26,8 @@ from fastllm_kernels.quant.common import dot_precision
 MAX_ALIGN_PAIRS = 4096
 """Pairs the one-program alignment kernel sorts in registers (decode and small batches, where
 the dozen torch launches of the general path would cost more than the GEMMs)."""
+ONE_PAIR_BLOCKS_SHARE = 8
+"""Pairs go one a block, ungrouped, while there are at most an eighth as many as experts."""
 
 
 @dataclass(frozen=True)
@@ -42,22 +43,24 @@ class MoeTiling:
     num_stages: int = 3
 
 
-def default_tilings(num_pairs: int, num_experts: int) -> tuple[MoeTiling, MoeTiling]:
-    """(gate-up, down) tiles by pairs an expert gets on average. A few (decode): the product is
-    a weight stream, so thin tiles give many programs, each with deep K steps in flight. Many
-    (prefill): square-ish tensor-core tiles, grouped along M so an expert's weight tile serves
-    its row blocks from L2."""
+def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
+    """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
+    ``bench_fused_moe.py``. A few (decode): the product is a weight stream, so thin tiles give
+    many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's weight
+    tile serves its row blocks from L2. float32 halves the K step (shared memory)."""
     per_expert = num_pairs / num_experts
     if per_expert <= 4:
-        tile = MoeTiling(16, 32, 256, num_stages=4)
-        return tile, tile
-    if per_expert <= 32:
-        tile = MoeTiling(16, 64, 128, num_stages=4)
-        return tile, tile
-    if per_expert <= 128:
-        return MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
-    return (MoeTiling(128, 64, 64, group_m=8, num_warps=8, num_stages=3),
-            MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3))
+        tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
+    elif per_expert <= 32:
+        tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
+    elif per_expert <= 128:
+        tiles = MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
+    else:
+        tiles = (MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3),
+                 MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
+    if element_size > 2:
+        tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
+    return tiles
 
 
 # ---- token grouping ---------------------------------------------------------------------------
@@ -66,16 +69,24 @@ class ExpertBlocks:
     """Pairs grouped by expert. ``sorted_pairs [num_blocks * block_m]``: pair ids (``token * k +
     slot``), each expert's run padded to whole blocks with ``num_pairs`` (no pair);
     ``expert_ids [num_blocks]``: each block's expert (``num_experts`` past the end);
-    ``num_padded [1]``: slots in use. ``num_blocks`` is an upper bound from the shapes."""
+    ``num_padded [1]``: slots in use. ``num_blocks`` is an upper bound from the shapes.
+    ``block_m`` None: one pair a block, in pair order (``one_pair_blocks``)."""
 
     sorted_pairs: torch.Tensor
     expert_ids: torch.Tensor
     num_padded: torch.Tensor
-    block_m: int
+    block_m: int | None
 
     @property
     def num_blocks(self) -> int:
         return self.expert_ids.shape[0]
+
+
+def one_pair_blocks(topk_ids: torch.Tensor) -> ExpertBlocks:
+    """Block ``p`` holds pair ``p`` alone: no grouping launch. For a handful of pairs (batch-1
+    decode), where experts rarely repeat, so hardly a weight byte is read twice."""
+    expert_ids = topk_ids.reshape(-1)
+    return ExpertBlocks(expert_ids, expert_ids, expert_ids, None)
 
 
 def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
@@ -99,17 +110,15 @@ def _align_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, num_pairs
     keys = tl.sort(expert_of * PAIRS + pair)
     expert = keys // PAIRS
     slot = tl.gather(run_shift, tl.minimum(expert, EXPERTS - 1), 0) + pair
-    total = tl.sum(padded, 0)
-    for start in range(0, num_blocks * BLOCK_M, CHUNK):
-        fill = start + tl.arange(0, CHUNK)
-        tl.store(sorted_ptr + fill, num_pairs, mask=fill < num_blocks * BLOCK_M)
-    tl.debug_barrier()  # the padding is written before any pair lands on it
-    tl.store(sorted_ptr + slot, keys % PAIRS, mask=expert < num_experts)
     for start in range(0, num_blocks, CHUNK):
         block = start + tl.arange(0, CHUNK)
+        fill = block[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        tl.store(sorted_ptr + fill, num_pairs, mask=(block < num_blocks)[:, None])
         ended = (ends[None, :] <= block[:, None] * BLOCK_M) & (bins < num_experts)[None, :]
         tl.store(expert_ids_ptr + block, tl.sum(ended.to(tl.int32), 1), mask=block < num_blocks)
-    tl.store(num_padded_ptr, total)
+    tl.debug_barrier()  # the padding is written before any pair lands on it
+    tl.store(sorted_ptr + slot, keys % PAIRS, mask=expert < num_experts)
+    tl.store(num_padded_ptr, tl.sum(padded, 0))
 
 
 def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int) -> ExpertBlocks:
@@ -124,8 +133,8 @@ def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int)
     num_padded = torch.empty(1, dtype=torch.int32, device=ids.device)
     pairs = triton.next_power_of_2(max(num_pairs, 2))
     _align_kernel[(1,)](ids, sorted_pairs, expert_ids, num_padded, num_pairs, num_experts, blocks, BLOCK_M=block_m,
-                        PAIRS=pairs, EXPERTS=triton.next_power_of_2(num_experts + 1), CHUNK=256,
-                        num_warps=max(4, min(16, pairs // 256)))
+                        PAIRS=pairs, EXPERTS=triton.next_power_of_2(num_experts + 1),
+                        CHUNK=min(64, triton.next_power_of_2(blocks)), num_warps=max(4, min(16, pairs // 256)))
     return ExpertBlocks(sorted_pairs, expert_ids, num_padded, block_m)
 
 
@@ -151,14 +160,15 @@ def _align_torch(ids: torch.Tensor, block_m: int, num_experts: int, blocks: int)
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
     N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_om, up_rows,
-    ROWS_PER_A: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr,
+    ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
     ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
     ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
-    store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream)."""
+    store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream).
+    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -167,10 +177,13 @@ def _grouped_gemm_kernel(
     size_m = tl.minimum(num_blocks - first_m, GROUP_M)
     pid_m = first_m + pid % in_group % size_m
     pid_n = pid % in_group // size_m
-    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
-        return
+    if ONE_PAIR:
+        pairs = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_pairs).to(tl.int64)
+    else:
+        if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+            return
+        pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     row_in = pairs < num_pairs
     a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -207,7 +220,7 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
     (twice N gated), K]``; rows of ``a`` are tokens (``rows_per_a`` = k) or pairs (1)."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     k = w.shape[2]
-    if tiling.block_m != blocks.block_m:
+    if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
@@ -216,7 +229,7 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
         a, w, out, blocks.sorted_pairs, blocks.expert_ids, blocks.num_padded,
         out if topk_weights is None else topk_weights,
         n, k, out.shape[0], blocks.num_blocks, a.stride(0), w.stride(0), w.stride(1), out.stride(0), n,
-        ROWS_PER_A=rows_per_a, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
+        ROWS_PER_A=rows_per_a, ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=tiling.block_k, GROUP_M=tiling.group_m, EVEN_K=k % tiling.block_k == 0,
         PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
         **pdl_launch(a.device))
@@ -235,25 +248,18 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     num_experts, inner = w13.shape[0], w13.shape[1] // 2
     if w13.shape[2] != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner):
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
-    gate_up, down = tilings or default_tilings(tokens * top_k, num_experts)
+    num_pairs = tokens * top_k
+    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size())
     hidden = hidden.contiguous()
-    blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
-    act = hidden.new_empty((tokens * top_k, inner))
+    if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
+        blocks = one_pair_blocks(topk_ids)
+    else:
+        blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
+    act = hidden.new_empty((num_pairs, inner))
     grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True)
-    if down.block_m != gate_up.block_m:
+    if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
-    per_pair = hidden.new_empty((tokens * top_k, hidden.shape[1]))
+    per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
     grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1))
     return per_pair.view(tokens, top_k, -1).sum(dim=1)
 
-
-def fused_experts_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                      topk_ids: torch.Tensor) -> torch.Tensor:
-    """A loop over experts in torch, in hidden's dtype."""
-    out = torch.zeros_like(hidden)
-    for expert in topk_ids.unique().tolist():
-        token, slot = (topk_ids == expert).nonzero(as_tuple=True)
-        gate, up = F.linear(hidden[token], w13[expert]).chunk(2, dim=-1)
-        y = F.linear(F.silu(gate) * up, w2[expert])
-        out.index_add_(0, token, y * topk_weights[token, slot, None].to(hidden.dtype))
-    return out
