@@ -76,7 +76,10 @@ class DummyLoader:
 
 
 def checkpoint_shapes(owner: nn.Module, param: nn.Parameter) -> list[tuple[object, tuple[int, ...]]]:
-    """``(shard_id, unsharded shape)`` of each checkpoint tensor that ``param`` of ``owner`` loads."""
+    """``(shard_id, unsharded shape)`` of each checkpoint tensor that ``param`` of ``owner`` loads;
+    a layer with its own layout (``FusedMoE``) says so through a ``checkpoint_shapes`` method."""
+    if hasattr(owner, "checkpoint_shapes"):
+        return owner.checkpoint_shapes(param)
     world = tp_size()
     rest = tuple(param.shape[1:])
     if isinstance(owner, QKVParallelLinear):

@@ -52,10 +52,11 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, intermediate_size: int | None = None):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [config.intermediate_size] * 2)
-        self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size)
+        intermediate_size = intermediate_size or config.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [intermediate_size] * 2)
+        self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -68,9 +69,13 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(self, config: Any, layer_idx: int):
         super().__init__()
         self.self_attn = self.attention_cls(config, layer_idx)
-        self.mlp = LlamaMLP(config)
+        self.mlp = self.build_mlp(config, layer_idx)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def build_mlp(self, config: Any, layer_idx: int) -> nn.Module:
+        """The feed-forward block of layer ``layer_idx``: dense here, MoE in sparse models."""
+        return LlamaMLP(config)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None):
         if residual is None:
@@ -125,12 +130,7 @@ class LlamaForCausalLM(nn.Module):
         for name, tensor in weights:
             if "rotary_emb.inv_freq" in name:
                 continue
-            for fragment, (fused, shard_id) in self.stacked_params.items():
-                if f".{fragment}." in name:
-                    target = name.replace(f".{fragment}.", f".{fused}.")
-                    break
-            else:
-                target, shard_id = name, None
+            target, shard_id = self.checkpoint_target(name)
             if target not in params:
                 if name == "lm_head.weight" and getattr(self.config, "tie_word_embeddings", False):
                     continue
@@ -143,3 +143,10 @@ class LlamaForCausalLM(nn.Module):
                 loader(param, tensor, shard_id)
             loaded.add(target)
         return loaded
+
+    def checkpoint_target(self, name: str) -> tuple[str, object]:
+        """The parameter an HF tensor loads into, and the shard id its ``weight_loader`` takes."""
+        for fragment, (fused, shard_id) in self.stacked_params.items():
+            if f".{fragment}." in name:
+                return name.replace(f".{fragment}.", f".{fused}."), shard_id
+        return name, None

@@ -14,9 +14,10 @@ from fastllm_quant.smooth_quant import SmoothQuantQuantizer
 def register_quantizers():
     return {
         "weight_only_int8": WeightOnlyInt8Quantizer, "ifq": WeightOnlyInt8Quantizer,
+        "wint8": WeightOnlyInt8Quantizer,  # FastDeploy's name
         "fp8": Fp8Quantizer,
         "nf4": Nf4Quantizer, "ifq_nf4": Nf4Quantizer,
-        "weight_only_int4": WeightOnlyInt4Quantizer,
+        "weight_only_int4": WeightOnlyInt4Quantizer, "wint4": WeightOnlyInt4Quantizer,  # FastDeploy's name
         "awq": AwqQuantizer, "gptq": GptqQuantizer,
         "smooth_quant": SmoothQuantQuantizer,
     }

@@ -1,0 +1,193 @@
+"""Mixture-of-Experts: one router, stacked expert weights, one grouped expert computation.
+
+Every MoE model (ERNIE-4.5, Qwen3-MoE, Mixtral) builds a ``FusedMoE``; models differ only in
+how the router picks experts (``TopKRouter``'s options) and in whether shared experts run
+beside the routed ones. Expert weights are stacked so that a grouped kernel reads them as
+one tensor: ``w13 [E, 2 * I, H]`` (each expert's gate rows, then its up rows) and
+``w2 [E, H, I]``. Tensor parallelism shards every expert's intermediate dimension (w13 by
+rows, w2 by columns) and sums the ranks' partial outputs once, after the weighted combine.
+Expert parallelism is a placement: ``expert_ids`` names the global experts this rank holds,
+and the loader fills only those.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
+from fastllm.layers.fused import kernels_for
+
+ACTIVATIONS = {"silu": F.silu}
+
+
+def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                  topk_ids: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
+
+    ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
+    first dimension. The Triton kernel of fastllm-kernels runs it where it can; the torch
+    reference below runs anywhere.
+    """
+    kernels = kernels_for(hidden)
+    if kernels is not None and hasattr(kernels, "fused_experts"):
+        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation)
+    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation)
+
+
+def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                            topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                            activation: str = "silu") -> torch.Tensor:
+    """Sort the (token, slot) pairs by expert, run each expert that received any on its tokens
+    in one matmul pair, and add the weighted results back in ascending expert order (as HF does)."""
+    act = ACTIVATIONS[activation]
+    k = topk_ids.shape[1]
+    flat_ids = topk_ids.flatten()
+    order = flat_ids.argsort(stable=True)
+    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()
+    flat_weights = topk_weights.flatten()
+    out = torch.zeros_like(hidden)
+    start = 0
+    for expert, count in enumerate(counts):
+        if count == 0:
+            continue
+        slots = order[start:start + count]
+        start += count
+        tokens = slots // k
+        gate, up = F.linear(hidden[tokens], w13[expert]).chunk(2, dim=-1)
+        y = F.linear(act(gate) * up, w2[expert])
+        out.index_add_(0, tokens, y * flat_weights[slots, None].to(y.dtype))
+    return out
+
+
+class TopKRouter(nn.Module):
+    """Router logits -> softmax -> top-k -> (optional) renormalisation, as transformers routes.
+
+    ``score_correction_bias``: ERNIE-4.5 picks experts by ``softmax + e_score_correction_bias``
+    but weights them by the softmax alone; its weights are renormalised with a floor
+    ``norm_min`` on the sum. ``float32_logits``: ERNIE computes its router in float32.
+    """
+
+    def __init__(self, hidden_size: int, num_experts: int, top_k: int, renormalize: bool = True,
+                 score_correction_bias: bool = False, norm_min: float = 0.0, float32_logits: bool = False):
+        super().__init__()
+        self.top_k, self.renormalize, self.norm_min = top_k, renormalize, norm_min
+        self.float32_logits = float32_logits
+        dtype = torch.float32 if float32_logits else None
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=dtype), requires_grad=False)
+        if score_correction_bias:
+            self.e_score_correction_bias = nn.Parameter(torch.zeros(num_experts, dtype=torch.float32),
+                                                        requires_grad=False)
+            self.e_score_correction_bias.weight_loader = _load_reshaped
+        else:
+            self.register_parameter("e_score_correction_bias", None)
+
+    def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
+        if self.float32_logits:
+            logits = F.linear(hidden.float(), self.weight.float())
+        else:
+            logits = F.linear(hidden, self.weight)
+        probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+        scores = probs if self.e_score_correction_bias is None else probs + self.e_score_correction_bias
+        topk_ids = torch.topk(scores, self.top_k, dim=-1).indices
+        topk_weights = probs.gather(-1, topk_ids)
+        if self.renormalize:
+            topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True).clamp(min=self.norm_min)
+        return topk_weights, topk_ids
+
+
+class FusedMoE(nn.Module):
+    """A sparse MoE block: router, routed experts and (optionally) shared experts.
+
+    ``shared_experts`` is a dense MLP every token runs (ERNIE-4.5); it does its own
+    tensor-parallel reduction, the routed experts do one after their weighted combine.
+    """
+
+    def __init__(self, router: TopKRouter, intermediate_size: int, shared_experts: Optional[nn.Module] = None,
+                 activation: str = "silu"):
+        super().__init__()
+        if intermediate_size % tp_size():
+            raise ValueError(f"{intermediate_size} expert intermediate features cannot be split over "
+                             f"tensor_parallel_size={tp_size()}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"expert activation {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
+        self.num_experts, hidden_size = router.weight.shape
+        self.activation = activation
+        self.expert_ids = list(range(self.num_experts))  # the global experts held here (all, without EP)
+        self.gate = router
+        shard = intermediate_size // tp_size()
+        self.w13 = nn.Parameter(torch.empty(len(self.expert_ids), 2 * shard, hidden_size), requires_grad=False)
+        self.w2 = nn.Parameter(torch.empty(len(self.expert_ids), hidden_size, shard), requires_grad=False)
+        self.w13.weight_loader = self.w2.weight_loader = self.weight_loader
+        self.shared_experts = shared_experts
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.gate(hidden)
+        out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation))
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(hidden)
+        return out
+
+    # ---- loading ----------------------------------------------------------------------------
+    def checkpoint_shapes(self, param: nn.Parameter) -> list[tuple[object, tuple[int, ...]]]:
+        """``(shard_id, unsharded shape)`` of the checkpoint tensors ``param`` loads (dummy weights)."""
+        experts, hidden, shard = self.num_experts, self.w2.shape[1], self.w2.shape[2] * tp_size()
+        if param is self.w13:
+            return [("gate_up", (experts, 2 * shard, hidden))]
+        return [("down", (experts, hidden, shard))]
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object) -> None:
+        """``shard_id``: ``(expert, "gate" | "up" | "down")`` for one expert's HF tensor, or
+        ``"gate_up"`` / ``"down"`` for all experts stacked (transformers 5's in-memory layout)."""
+        if shard_id == "gate_up":
+            for expert, tensor in enumerate(loaded):
+                gate, up = tensor.chunk(2, dim=0)
+                self._load_expert(param, gate, expert, "gate")
+                self._load_expert(param, up, expert, "up")
+        elif shard_id == "down":
+            for expert, tensor in enumerate(loaded):
+                self._load_expert(param, tensor, expert, "down")
+        else:
+            self._load_expert(param, loaded, *shard_id)
+
+    def _load_expert(self, param: nn.Parameter, loaded: torch.Tensor, expert: int, proj: str) -> None:
+        if expert not in self.expert_ids:
+            return
+        target = param.data[self.expert_ids.index(expert)]
+        shard = self.w2.shape[2]
+        if proj == "down":
+            target.copy_(loaded.narrow(1, tp_rank() * shard, shard))
+        else:
+            offset = 0 if proj == "gate" else shard
+            target.narrow(0, offset, shard).copy_(loaded.narrow(0, tp_rank() * shard, shard))
+
+
+_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")
+_PROJECTIONS = {"gate_proj": ("w13", "gate"), "w1": ("w13", "gate"), "up_proj": ("w13", "up"),
+                "w3": ("w13", "up"), "down_proj": ("w2", "down"), "w2": ("w2", "down")}
+_STACKED = {".experts.gate_up_proj": ("w13", "gate_up"), ".experts.down_proj": ("w2", "down")}
+
+
+def expert_checkpoint_target(name: str) -> Optional[tuple[str, object]]:
+    """The ``FusedMoE`` parameter and shard id of an HF expert tensor, or None for other tensors.
+
+    ``model.layers.1.mlp.experts.7.up_proj.weight`` -> ``(model.layers.1.mlp.w13, (7, "up"))``;
+    Mixtral's ``w1``/``w3``/``w2`` and transformers 5's stacked ``experts.gate_up_proj`` too.
+    """
+    match = _PER_EXPERT.search(name)
+    if match:
+        param, proj = _PROJECTIONS[match[2]]
+        return f"{name[:match.start()]}.{param}", (int(match[1]), proj)
+    for suffix, (param, shard_id) in _STACKED.items():
+        if name.endswith(suffix):
+            return f"{name[:-len(suffix)]}.{param}", shard_id
+    return None
+
+
+def _load_reshaped(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+    param.data.copy_(loaded.reshape(param.shape))

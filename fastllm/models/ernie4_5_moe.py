@@ -1,0 +1,42 @@
+"""ERNIE-4.5 MoE (21B-A3B, 300B-A47B): ERNIE-4.5 whose sparse layers route each token to k of
+the experts (picked by softmax plus a score-correction bias) beside always-on shared experts;
+the layers outside ``moe_layer_start_index..moe_layer_end_index`` (every
+``moe_layer_interval``-th inside it is sparse) stay dense."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch.nn as nn
+
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target
+from fastllm.models.ernie4_5 import Ernie4_5ForCausalLM
+from fastllm.models.llama import LlamaDecoderLayer, LlamaMLP
+
+
+def is_sparse_layer(config: Any, layer_idx: int) -> bool:
+    end = config.moe_layer_end_index
+    end = config.num_hidden_layers - 1 if end in (None, -1) else end
+    return ((layer_idx + 1) % config.moe_layer_interval == 0
+            and config.moe_layer_start_index <= layer_idx <= end)
+
+
+class Ernie4_5_MoeDecoderLayer(LlamaDecoderLayer):
+    def build_mlp(self, config: Any, layer_idx: int) -> nn.Module:
+        if not is_sparse_layer(config, layer_idx):
+            return LlamaMLP(config)
+        router = TopKRouter(config.hidden_size, config.moe_num_experts, config.moe_k,
+                            score_correction_bias=True, norm_min=config.moe_norm_min, float32_logits=True)
+        shared = config.moe_num_shared_experts
+        shared_experts = LlamaMLP(config, config.moe_intermediate_size * shared) if shared else None
+        return FusedMoE(router, config.moe_intermediate_size, shared_experts)
+
+
+class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
+    layer_cls = Ernie4_5_MoeDecoderLayer
+
+    def checkpoint_target(self, name: str) -> tuple[str, object]:
+        # ERNIE checkpoints keep the bias in mlp.moe_statics, transformers 5 in mlp.gate.moe_statics
+        name = re.sub(r"\.mlp\.(gate\.)?moe_statics\.", ".mlp.gate.", name)
+        return expert_checkpoint_target(name) or super().checkpoint_target(name)

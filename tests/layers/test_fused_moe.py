@@ -1,0 +1,101 @@
+"""FusedMoE: its routers against transformers' own, its expert computation against a per-token
+float64 loop, and its loader on both HF expert layouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig
+from transformers.models.ernie4_5_moe.modeling_ernie4_5_moe import Ernie4_5_MoeTopKRouter
+from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target, fused_experts_reference
+
+E, H, I = 8, 16, 12
+
+
+def _per_token(hidden, w13, w2, topk_weights, topk_ids):
+    """Each token through each of its experts, one at a time, in float64."""
+    out = torch.zeros(hidden.shape, dtype=torch.float64)
+    for t in range(hidden.shape[0]):
+        for weight, expert in zip(topk_weights[t].tolist(), topk_ids[t].tolist()):
+            gate, up = (w13[expert].double() @ hidden[t].double()).chunk(2)
+            out[t] += weight * (w2[expert].double() @ (torch.nn.functional.silu(gate) * up))
+    return out
+
+
+def test_experts_with_no_tokens_and_experts_shared_by_tokens():
+    torch.manual_seed(0)
+    hidden, w13, w2 = torch.randn(6, H), torch.randn(E, 2 * I, H) / 4, torch.randn(E, H, I) / 4
+    # experts 1, 4, 6, 7 receive nothing; expert 3 serves five tokens, expert 5 every token
+    topk_ids = torch.tensor([[3, 5], [5, 3], [0, 5], [3, 5], [5, 2], [3, 5]])
+    topk_weights = torch.rand(6, 2)
+    actual = fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids)
+    expected = _per_token(hidden, w13, w2, topk_weights, topk_ids)
+    assert ((actual.double() - expected).norm() / expected.norm()).item() < 1e-6
+
+
+def test_single_token_and_all_tokens_on_one_expert():
+    torch.manual_seed(1)
+    hidden, w13, w2 = torch.randn(4, H), torch.randn(E, 2 * I, H) / 4, torch.randn(E, H, I) / 4
+    for topk_ids in (torch.tensor([[6]]), torch.full((4, 1), 2)):
+        weights = torch.rand(topk_ids.shape)
+        tokens = hidden[: topk_ids.shape[0]]
+        actual = fused_experts_reference(tokens, w13, w2, weights, topk_ids)
+        expected = _per_token(tokens, w13, w2, weights, topk_ids)
+        assert ((actual.double() - expected).norm() / expected.norm()).item() < 1e-6
+
+
+def _hf_config(model_type: str, **values):
+    return AutoConfig.for_model(model_type, hidden_size=H, **values)
+
+
+@pytest.mark.parametrize("case", ["ernie", "qwen3_norm", "qwen3_raw", "mixtral"])
+def test_router_matches_transformers(case):
+    torch.manual_seed(2)
+    if case == "ernie":
+        hf = Ernie4_5_MoeTopKRouter(_hf_config("ernie4_5_moe", moe_num_experts=E, moe_k=3))
+        ours = TopKRouter(H, E, 3, score_correction_bias=True, norm_min=hf.norm_min, float32_logits=True)
+        bias = torch.randn(1, E) / 4  # large enough to change which experts win
+        hf.moe_statics.e_score_correction_bias.data.copy_(bias)
+        ours.e_score_correction_bias.weight_loader(ours.e_score_correction_bias, bias)
+    elif case.startswith("qwen3"):
+        norm = case == "qwen3_norm"
+        hf = Qwen3MoeTopKRouter(_hf_config("qwen3_moe", num_experts=E, num_experts_per_tok=3, norm_topk_prob=norm))
+        ours = TopKRouter(H, E, 3, renormalize=norm)
+    else:
+        hf = MixtralTopKRouter(_hf_config("mixtral", num_local_experts=E, num_experts_per_tok=2))
+        ours = TopKRouter(H, E, 2)
+    weight = torch.randn(E, H)
+    hf.weight.data.copy_(weight)
+    ours.weight.data.copy_(weight)
+    hidden = torch.randn(32, H)
+    _, hf_weights, hf_ids = hf(hidden)
+    weights, ids = ours(hidden)
+    assert torch.equal(ids, hf_ids)
+    assert torch.equal(weights, hf_weights.float())
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_loader_reads_per_expert_and_stacked_layouts(stacked):
+    torch.manual_seed(3)
+    gate, up, down = torch.randn(E, I, H), torch.randn(E, I, H), torch.randn(E, H, I)
+    layer = FusedMoE(TopKRouter(H, E, 2), I)
+    params = {"mlp." + name: p for name, p in layer.named_parameters()}
+    if stacked:
+        checkpoint = {"mlp.experts.gate_up_proj": torch.cat([gate, up], dim=1), "mlp.experts.down_proj": down}
+    else:
+        checkpoint = {f"mlp.experts.{e}.{proj}.weight": tensor[e] for e in range(E)
+                      for proj, tensor in (("gate_proj", gate), ("up_proj", up), ("down_proj", down))}
+    for name, tensor in checkpoint.items():
+        target, shard_id = expert_checkpoint_target(name)
+        params[target].weight_loader(params[target], tensor, shard_id)
+    assert torch.equal(layer.w13, torch.cat([gate, up], dim=1))
+    assert torch.equal(layer.w2, down)
+
+
+def test_mixtral_names_map_to_the_stacked_weights():
+    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w3.weight") == ("model.layers.0.mlp.w13", (5, "up"))
+    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w2.weight") == ("model.layers.0.mlp.w2", (5, "down"))
+    assert expert_checkpoint_target("model.layers.0.mlp.shared_experts.up_proj.weight") is None
