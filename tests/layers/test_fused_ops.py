@@ -11,6 +11,7 @@ import torch
 from fastllm import LLM, SamplingParams
 from fastllm.layers import fused
 from fastllm.layers.activation import SiluAndMul
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter
 from fastllm.layers.layernorm import RMSNorm
 from fastllm.layers.rotary import RotaryEmbedding
 
@@ -53,6 +54,14 @@ def test_layers_match_torch(monkeypatch, dtype, tol):
     q, k = torch.randn(5, 4, 32, dtype=dtype, device=DEVICE), torch.randn(5, 2, 32, dtype=dtype, device=DEVICE)
     (qa, ka), (qb, kb) = _both(lambda: rope(positions, q.clone(), k.clone()), monkeypatch)
     assert _rel_err(qb, qa) < tol and _rel_err(kb, ka) < tol
+
+    moe = FusedMoE(TopKRouter(48, 8, 2), 32)
+    for param in moe.parameters():
+        param.data = torch.randn(param.shape) / param.shape[-1] ** 0.5
+    moe = moe.to(DEVICE, dtype)
+    tokens = torch.randn(19, 48, dtype=dtype, device=DEVICE)
+    plain, fast = _both(lambda: moe(tokens), monkeypatch)
+    assert _rel_err(fast, plain) < tol
 
 
 def test_greedy_output_unchanged(monkeypatch, tiny_llama_dir):
