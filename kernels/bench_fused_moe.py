@@ -64,12 +64,12 @@ def graph_time(fn) -> float:
         return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
 
 
-def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float) -> list[dict]:
+def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int]) -> list[dict]:
     hidden, inner, experts, top_k = MODELS[name]
     w13 = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
     w2 = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype) / inner ** 0.5
     rows = []
-    for tokens in TOKENS:
+    for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         out = fused_experts(x, w13, w2, topk_weights, topk_ids)
@@ -125,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--tokens", type=int, nargs="*", default=TOKENS)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--csv")
     args = parser.parse_args()
@@ -135,7 +136,7 @@ def main() -> None:
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
-        rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs)]
+        rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens)]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
