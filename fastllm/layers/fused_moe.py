@@ -92,6 +92,10 @@ class TopKRouter(nn.Module):
             logits = F.linear(hidden.float(), self.weight.float())
         else:
             logits = F.linear(hidden, self.weight)
+        kernels = kernels_for(logits)
+        if kernels is not None and hasattr(kernels, "topk_softmax"):
+            return kernels.topk_softmax(logits, self.top_k, self.renormalize, self.norm_min,
+                                        self.e_score_correction_bias)
         probs = F.softmax(logits, dim=-1, dtype=torch.float32)
         scores = probs if self.e_score_correction_bias is None else probs + self.e_score_correction_bias
         topk_ids = torch.topk(scores, self.top_k, dim=-1).indices

@@ -55,7 +55,7 @@ def test_layers_match_torch(monkeypatch, dtype, tol):
     (qa, ka), (qb, kb) = _both(lambda: rope(positions, q.clone(), k.clone()), monkeypatch)
     assert _rel_err(qb, qa) < tol and _rel_err(kb, ka) < tol
 
-    moe = FusedMoE(TopKRouter(48, 8, 2), 32)
+    moe = FusedMoE(TopKRouter(48, 8, 2, score_correction_bias=True, norm_min=1e-12), 32)
     for param in moe.parameters():
         param.data = torch.randn(param.shape) / param.shape[-1] ** 0.5
     moe = moe.to(DEVICE, dtype)
