@@ -43,11 +43,13 @@ class MoeTiling:
     num_stages: int = 3
 
 
-def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
+def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
+                    weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
     """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
-    ``bench_fused_moe.py``. A few (decode): the product is a weight stream, so thin tiles give
-    many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's weight
-    tile serves its row blocks from L2. float32 halves the K step (shared memory)."""
+    ``bench_fused_moe.py`` (bf16). A few (decode): the product is a weight stream, so thin tiles
+    give many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's
+    weight tile serves its row blocks from L2. float32 halves the K step (shared memory); one-byte
+    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept)."""
     per_expert = num_pairs / num_experts
     if per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
@@ -60,6 +62,8 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2) -> 
                  MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
     if element_size > 2:
         tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
+    elif weight_size == 1 and per_expert <= 32:
+        tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
     return tiles
 
 
@@ -158,9 +162,10 @@ def _align_torch(ids: torch.Tensor, block_m: int, num_experts: int, blocks: int)
 # ---- grouped GEMMs ----------------------------------------------------------------------------
 @triton.jit
 def _grouped_gemm_kernel(
-    a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
-    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_om, up_rows,
-    ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr,
+    a_ptr, w_ptr, scale_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
+    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_om, up_rows,
+    ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
+    FP8: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -168,7 +173,9 @@ def _grouped_gemm_kernel(
     ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
     ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
     store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream).
-    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding."""
+    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding. ``FP8``: W holds e4m3 bytes,
+    widened exactly to a's dtype in registers, and ``scale [E, rows]`` scales each output channel
+    after the K loop."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -187,7 +194,8 @@ def _grouped_gemm_kernel(
     row_in = pairs < num_pairs
     a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    w_rows = w_ptr + expert * stride_we + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * stride_wn
+    w_cols = tl.minimum(cols, N - 1).to(tl.int64)
+    w_rows = w_ptr + expert * stride_we + w_cols[:, None] * stride_wn
     ks = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -199,13 +207,22 @@ def _grouped_gemm_kernel(
             k_in = (k0 + ks < K)[None, :]
             a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & k_in, other=0.0)
             w = tl.load(w_rows + k0 + ks[None, :], mask=k_in, other=0.0)
+        if FP8:
+            w = w.to(tl.float8e4nv, bitcast=True).to(a.dtype)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
         if GATED:
             if EVEN_K:
                 up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :])
             else:
                 up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :], mask=k_in, other=0.0)
+            if FP8:
+                up = up.to(tl.float8e4nv, bitcast=True).to(a.dtype)
             acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
+    if FP8:
+        scales = scale_ptr + expert * stride_se + w_cols
+        acc *= tl.load(scales)[None, :]
+        if GATED:
+            acc_up *= tl.load(scales + up_rows)[None, :]
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if WEIGHTED:
@@ -215,21 +232,28 @@ def _grouped_gemm_kernel(
 
 
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
-                 rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None) -> torch.Tensor:
+                 rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
+                 w_scale: torch.Tensor | None = None) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
-    (twice N gated), K]``; rows of ``a`` are tokens (``rows_per_a`` = k) or pairs (1)."""
+    (twice N gated), K]`` (e4m3 with ``w_scale [E, rows]`` float32, or a's dtype); rows of ``a``
+    are tokens (``rows_per_a`` = k) or pairs (1)."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     k = w.shape[2]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
+    fp8 = w_scale is not None
+    if fp8:
+        w = w.view(torch.uint8)
     grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
     _grouped_gemm_kernel[grid](
-        a, w, out, blocks.sorted_pairs, blocks.expert_ids, blocks.num_padded,
+        a, w, w_scale if fp8 else out, out, blocks.sorted_pairs, blocks.expert_ids, blocks.num_padded,
         out if topk_weights is None else topk_weights,
-        n, k, out.shape[0], blocks.num_blocks, a.stride(0), w.stride(0), w.stride(1), out.stride(0), n,
-        ROWS_PER_A=rows_per_a, ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
+        n, k, out.shape[0], blocks.num_blocks, a.stride(0), w.stride(0), w.stride(1),
+        w_scale.stride(0) if fp8 else 0, out.stride(0), n,
+        ROWS_PER_A=rows_per_a, ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None,
+        FP8=fp8, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=tiling.block_k, GROUP_M=tiling.group_m, EVEN_K=k % tiling.block_k == 0,
         PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
         **pdl_launch(a.device))
@@ -237,11 +261,14 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor, activation: str = "silu",
+                  topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
+                  w2_scale: torch.Tensor | None = None,
                   tilings: tuple[MoeTiling, MoeTiling] | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
-    ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``."""
+    ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
+    fp8 experts: ``w13``/``w2`` e4m3 with float32 per-channel scales ``w13_scale [E, 2I]``,
+    ``w2_scale [E, H]``."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
@@ -249,17 +276,20 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     if w13.shape[2] != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner):
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
-    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size())
+    if (w13_scale is None) != (w2_scale is None):
+        raise ValueError("fp8 experts need both w13_scale and w2_scale")
+    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
     hidden = hidden.contiguous()
     if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
         blocks = one_pair_blocks(topk_ids)
     else:
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
     act = hidden.new_empty((num_pairs, inner))
-    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True)
+    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale)
     if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
     per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
-    grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1))
+    grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1),
+                 w_scale=w2_scale)
     return per_pair.view(tokens, top_k, -1).sum(dim=1)
 

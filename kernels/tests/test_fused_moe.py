@@ -120,3 +120,24 @@ def test_fused_experts_rejects_other_activations():
     with pytest.raises(ValueError, match="silu"):
         fused_experts(x, w13, w2, torch.ones(2, 1, device=DEVICE), torch.zeros(2, 1, dtype=torch.long,
                                                                               device=DEVICE), activation="gelu")
+
+
+def fp8_per_channel(w):
+    """e4m3 weights and float32 scales ``[E, rows]``: each row's absmax at the format's top."""
+    scale = (w.float().abs().amax(dim=-1) / torch.finfo(torch.float8_e4m3fn).max).clamp(min=1e-12)
+    return (w.float() / scale[..., None]).to(torch.float8_e4m3fn), scale
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens,experts", [(1, 16), (37, 4), (70, 2)])  # one pair a block, decode, prefill tiles
+def test_fp8_experts_match_dense_reference_on_their_dequantized_weights(dtype, tokens, experts):
+    x = randn(tokens, 64, dtype=dtype)
+    w13, w2 = moe_weights(experts, 64, 48, torch.float32)
+    (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
+    topk_weights, topk_ids = routing(tokens, experts, 2)
+
+    out = fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2)
+
+    dequantized = q13.double() * s13.double()[..., None], q2.double() * s2.double()[..., None]
+    assert out.dtype == dtype
+    assert rel_err(out, dense_moe(x, *dequantized, topk_weights, topk_ids)) < TOLERANCE[dtype]
