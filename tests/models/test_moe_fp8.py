@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from fastllm import LLM, SamplingParams
+from fastllm import LLM
 from fastllm.entrypoints.cli.quantize import engine_model
 from fastllm.layers.fused_moe import FusedMoE
+from tests.models.test_moe_quantization import _prompt_logprobs
 from tests.models.tiny_checkpoints import save_tiny_checkpoint
-
-PROMPT = [5, 17, 42, 99, 3, 8, 100, 200, 31, 64, 77, 12, 13, 14]
-
-
-def _prompt_logprobs(llm: LLM) -> torch.Tensor:
-    params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-    output = llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0]
-    return torch.tensor([step[token] for token, step in zip(PROMPT[1:], output.prompt_logprobs[1:])])
 
 
 def test_fp8_quantizes_the_routed_experts(tmp_path):
