@@ -6,8 +6,9 @@ the layers outside ``moe_layer_start_index..moe_layer_end_index`` (every
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterable
 
+import torch
 import torch.nn as nn
 
 from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target
@@ -35,6 +36,11 @@ class Ernie4_5_MoeDecoderLayer(LlamaDecoderLayer):
 
 class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
     layer_cls = Ernie4_5_MoeDecoderLayer
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        # Baidu's checkpoints carry multi-token-prediction layers (mtp_*) for speculative
+        # decoding; like transformers, the model leaves them out
+        return super().load_weights((name, tensor) for name, tensor in weights if ".mtp_" not in name)
 
     def checkpoint_target(self, name: str) -> tuple[str, object]:
         # ERNIE checkpoints keep the bias in mlp.moe_statics, transformers 5 in mlp.gate.moe_statics

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 COMMON = dict(vocab_size=256, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
@@ -41,4 +42,6 @@ def save_tiny_checkpoint(model_type: str, folder: Path) -> tuple[str, torch.nn.M
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     _randomize(model)
     model.save_pretrained(folder)
+    if model_type == "ernie4_5_moe":  # Baidu's checkpoints add multi-token-prediction layers
+        save_file({"model.mtp_linear_proj.0.weight": torch.zeros(4, 4)}, Path(folder) / "mtp.safetensors")
     return str(folder), model
