@@ -119,7 +119,7 @@ quantdecode)  # batch-1 decode of each method, the LM head float and quantized
     weight_only_int4+lm_head nf4+lm_head weight_only_int8+lm_head} --out "$OUT/quant_decode.json"
   ;;
 moe)  # the MoE kernels at real sizes, tests and timings against the torch loop
-  TAIL=5 step moe_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_moe.py \
+  TAIL=5 step moe_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py \
     kernels/tests/test_moe_routing.py tests/layers/test_fused_ops.py -k "not greedy"
   step moe_kernel 100 $PY kernels/bench_fused_moe.py --models qwen3-30b-a3b ernie-4.5-21b-a3b \
     --tokens 1 16 256 4096 --csv "$OUT/fused_moe.csv"
