@@ -3,7 +3,8 @@
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
-#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality)
+#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
+#   moe, moedecode, moethroughput)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -116,6 +117,26 @@ quantdecode)  # batch-1 decode of each method, the LM head float and quantized
   step quant 240 $PY benchmarks/quant_decode.py --model $MODEL --load-format dummy --decode-tokens 128 \
     --num-prompts 256 --methods ${QUANT_METHODS:-bf16 weight_only_int8 fp8 nf4 weight_only_int4 fp8+lm_head \
     weight_only_int4+lm_head nf4+lm_head weight_only_int8+lm_head} --out "$OUT/quant_decode.json"
+  ;;
+moe)  # the MoE kernels at real sizes, tests and timings against the torch loop
+  TAIL=5 step moe_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py \
+    kernels/tests/test_moe_routing.py tests/layers/test_fused_ops.py -k "not greedy"
+  step moe_kernel 100 $PY kernels/bench_fused_moe.py --models qwen3-30b-a3b ernie-4.5-21b-a3b \
+    --tokens 1 16 256 4096 --csv "$OUT/fused_moe.csv"
+  ;;
+moedecode)  # batch-1 decode of the two A3B MoE models against their active-weight roofline
+  for M in ernie-4.5-21b-a3b qwen3-30b-a3b; do
+    step "latency_$M" 90 $FASTLLM bench latency --model $M --load-format dummy --dtype bfloat16 --batch-size 1 \
+      --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency_$M.json"
+  done
+  ;;
+moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNIE beside HF generate
+  step throughput_ernie 250 $FASTLLM bench throughput --model ernie-4.5-21b-a3b --load-format dummy \
+    --dtype bfloat16 --num-prompts 1000 --input-len 1024 --output-len 256 --range-ratio 0 --quiet --compare hf \
+    --hf-num-prompts 16 --output-json "$OUT/throughput_ernie.json"
+  step throughput_qwen3 190 $FASTLLM bench throughput --model qwen3-30b-a3b --load-format dummy \
+    --dtype bfloat16 --num-prompts 1000 --input-len 1024 --output-len 256 --range-ratio 0 --quiet \
+    --output-json "$OUT/throughput_qwen3.json"
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from fastllm.layers.fused_moe import FusedMoE
 from fastllm.llm import LLM
 
 
@@ -13,13 +16,34 @@ def local_model(llm: LLM) -> nn.Module | None:
     return engine_model(llm) if llm.config.tensor_parallel_size == 1 else None
 
 
+def _token_shares(model: nn.Module) -> dict[int, float]:
+    """The share of a tensor one token reads, where it is not all: ``k / E`` of the routed experts'
+    stacked weights, one row of an input embedding table (unless the LM head, which reads all of
+    it, shares it)."""
+    shares: dict[int, float] = {}
+    heads = {id(m.weight) for m in model.modules() if isinstance(m, ParallelLMHead)}
+    for module in model.modules():
+        if isinstance(module, FusedMoE):
+            for tensor in (module.w13, module.w2):
+                shares[id(tensor)] = module.gate.top_k / module.num_experts
+        elif type(module) is VocabParallelEmbedding and id(module.weight) not in heads:
+            shares[id(module.weight)] = 1 / module.weight.shape[0]
+    return shares
+
+
+def _active(model: nn.Module, tensors: list[torch.Tensor], size: bool) -> int:
+    shares = _token_shares(model)
+    return round(sum(t.numel() * (t.element_size() if size else 1) * shares.get(id(t), 1.0) for t in tensors))
+
+
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of parameters and buffers (tied tensors once): what batch-1 decode reads every step, give or
-    take the embedding table, of which it reads one row."""
-    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    """Bytes of parameters and buffers (tied tensors once) that batch-1 decode reads every step:
+    all but the experts a token is not routed to and the embedding rows of other tokens."""
+    return _active(model, [*model.parameters(), *model.buffers()], size=True)
 
 
 def num_parameters(model: nn.Module) -> int:
-    """Elements of the parameters. A quantized model stores packed weights, so this undercounts its
-    logical weights (e.g. two int4 values per int8 element)."""
-    return sum(p.numel() for p in model.parameters())
+    """Elements of the parameters a token multiplies (routed experts: its ``k`` of ``E``; the input
+    embedding: one row). A quantized model stores packed weights, so this undercounts its logical
+    weights (e.g. two int4 values per int8 element)."""
+    return _active(model, list(model.parameters()), size=False)

@@ -27,24 +27,28 @@ ACTIVATIONS = {"silu": F.silu}
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor, activation: str = "silu",
-                  kernels: Optional[ModuleType] = None) -> torch.Tensor:
+                  topk_ids: torch.Tensor, activation: str = "silu", w13_scale: Optional[torch.Tensor] = None,
+                  w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
-    first dimension. ``kernels`` (the layer's, see ``fastllm.layers.fused``) runs it where it
-    has ``fused_experts``; the torch reference below runs anywhere.
+    first dimension. ``w13_scale [E, 2I]`` / ``w2_scale [E, H]``: the weights are float8 with
+    these per-channel scales (fp8 experts). ``kernels`` (the layer's, see ``fastllm.layers.fused``)
+    runs it where it has ``fused_experts``; the torch reference below runs anywhere.
     """
     if kernels is not None and hasattr(kernels, "fused_experts"):
-        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation)
-    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation)
+        scales = {} if w13_scale is None else {"w13_scale": w13_scale, "w2_scale": w2_scale}
+        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation, **scales)
+    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale)
 
 
 def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                            topk_weights: torch.Tensor, topk_ids: torch.Tensor,
-                            activation: str = "silu") -> torch.Tensor:
+                            topk_weights: torch.Tensor, topk_ids: torch.Tensor, activation: str = "silu",
+                            w13_scale: Optional[torch.Tensor] = None,
+                            w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Sort the (token, slot) pairs by expert, run each expert that received any on its tokens
-    in one matmul pair, and add the weighted results back in ascending expert order (as HF does)."""
+    in one matmul pair, and add the weighted results back in ascending expert order (as HF does).
+    Scaled (fp8) experts are dequantized one at a time."""
     act = ACTIVATIONS[activation]
     k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()
@@ -59,10 +63,17 @@ def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.T
         slots = order[start:start + count]
         start += count
         tokens = slots // k
-        gate, up = F.linear(hidden[tokens], w13[expert]).chunk(2, dim=-1)
-        y = F.linear(act(gate) * up, w2[expert])
+        gate, up = F.linear(hidden[tokens], _expert_weight(w13, w13_scale, expert, hidden.dtype)).chunk(2, dim=-1)
+        y = F.linear(act(gate) * up, _expert_weight(w2, w2_scale, expert, hidden.dtype))
         out.index_add_(0, tokens, y * flat_weights[slots, None].to(y.dtype))
     return out
+
+
+def _expert_weight(weights: torch.Tensor, scale: Optional[torch.Tensor], expert: int,
+                   dtype: torch.dtype) -> torch.Tensor:
+    if scale is None:
+        return weights[expert]
+    return (weights[expert].float() * scale[expert, :, None]).to(dtype)
 
 
 class TopKRouter(nn.Module):
@@ -78,6 +89,7 @@ class TopKRouter(nn.Module):
         super().__init__()
         self.top_k, self.renormalize, self.norm_min = top_k, renormalize, norm_min
         self.float32_logits = float32_logits
+        self.kernels = current_kernels()
         dtype = torch.float32 if float32_logits else None
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=dtype), requires_grad=False)
         if score_correction_bias:
@@ -93,6 +105,9 @@ class TopKRouter(nn.Module):
             logits = F.linear(hidden.float(), self.weight.float())
         else:
             logits = F.linear(hidden, self.weight)
+        if self.kernels is not None and hasattr(self.kernels, "topk_softmax"):
+            return self.kernels.topk_softmax(logits, self.top_k, self.renormalize, self.norm_min,
+                                        self.e_score_correction_bias)
         probs = F.softmax(logits, dim=-1, dtype=torch.float32)
         scores = probs if self.e_score_correction_bias is None else probs + self.e_score_correction_bias
         topk_ids = torch.topk(scores, self.top_k, dim=-1).indices
@@ -125,13 +140,16 @@ class FusedMoE(nn.Module):
         self.w13 = nn.Parameter(torch.empty(len(self.expert_ids), 2 * shard, hidden_size), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(len(self.expert_ids), hidden_size, shard), requires_grad=False)
         self.w13.weight_loader = self.w2.weight_loader = self.weight_loader
+        # per-channel scales of fp8 experts (the quant plugin's fp8 method sets them)
+        self.register_parameter("w13_scale", None)
+        self.register_parameter("w2_scale", None)
         self.shared_experts = shared_experts
         self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden)
         out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation,
-                                      self.kernels))
+                                       self.w13_scale, self.w2_scale, self.kernels))
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out

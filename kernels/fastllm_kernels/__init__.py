@@ -4,13 +4,16 @@ is tested against."""
 from fastllm_kernels.activation import silu_and_mul
 from fastllm_kernels.decode_attention import paged_decode_attention
 from fastllm_kernels.extend_attention import paged_extend_attention
+from fastllm_kernels.fused_moe import fused_experts
 from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache
+from fastllm_kernels.moe_routing import topk_softmax
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
 from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p
 
 __all__ = [
     "fused_add_rms_norm",
+    "fused_experts",
     "logsumexp_argmax",
     "paged_decode_attention",
     "paged_extend_attention",
@@ -19,5 +22,6 @@ __all__ = [
     "rotary_write_kv_cache",
     "sample_top_k_top_p",
     "silu_and_mul",
+    "topk_softmax",
     "write_kv_cache",
 ]

@@ -22,3 +22,17 @@ def test_device_rates_are_positive_on_cpu():
     cpu = torch.device("cpu")
     assert copy_bandwidth(cpu, nbytes=2**20, reps=2) > 0
     assert matmul_flops(cpu, n=64, dtype=torch.float32, reps=2) > 0
+
+
+def test_a_token_reads_its_k_experts_and_one_embedding_row():
+    from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+    from fastllm.layers.fused_moe import FusedMoE, TopKRouter
+
+    vocab, hidden, experts, top_k, inner = 10, 4, 8, 2, 6
+    model = nn.ModuleDict({"embed": VocabParallelEmbedding(vocab, hidden), "head": ParallelLMHead(vocab, hidden),
+                           "moe": FusedMoE(TopKRouter(hidden, experts, top_k), inner)})
+    router, routed = experts * hidden, experts * 3 * inner * hidden
+    assert num_parameters(model) == hidden + vocab * hidden + router + routed * top_k // experts
+    model["head"].weight = model["embed"].weight  # tied: the LM head reads the whole table
+    assert num_parameters(model) == vocab * hidden + router + routed * top_k // experts
+    assert weight_bytes(model) == 4 * num_parameters(model)

@@ -12,6 +12,7 @@ import torch
 from fastllm import LLM, SamplingParams
 from fastllm.layers.fused import use_kernels
 from fastllm.layers.activation import SiluAndMul
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter
 from fastllm.layers.layernorm import RMSNorm
 from fastllm.layers.rotary import RotaryEmbedding
 
@@ -64,6 +65,18 @@ def test_layers_match_torch(dtype, tol):
     q, k = torch.randn(5, 4, 32, dtype=dtype, device=DEVICE), torch.randn(5, 2, 32, dtype=dtype, device=DEVICE)
     (qa, ka), (qb, kb) = _both(rope, lambda layer: layer(positions, q.clone(), k.clone()))
     assert _rel_err(qb, qa) < tol and _rel_err(kb, ka) < tol
+
+    expert_weights: dict[str, torch.Tensor] = {}
+
+    def moe() -> FusedMoE:
+        layer = FusedMoE(TopKRouter(48, 8, 2, score_correction_bias=True, norm_min=1e-12), 32)
+        for name, param in layer.named_parameters():
+            param.data = expert_weights.setdefault(name, torch.randn(param.shape) / param.shape[-1] ** 0.5)
+        return layer.to(DEVICE, dtype)
+
+    tokens = torch.randn(19, 48, dtype=dtype, device=DEVICE)
+    plain, fast = _both(moe, lambda layer: layer(tokens))
+    assert _rel_err(fast, plain) < tol
 
 
 @pytest.mark.parametrize("mode", ["0", "1"])

@@ -14,6 +14,11 @@ activations in one fused kernel and call ``torch._scaled_mm`` with both scales i
 the weight ``[N, K]`` row-major is already the column-major ``[K, N]`` operand it wants, so
 ``weight.t()`` is a view, never a copy. Elsewhere a torch path performs the same roundings
 (activations to e4m3, weights as stored) and multiplies in float32.
+
+MoE models' routed experts (``FusedMoE``'s stacked ``w13``/``w2``) become e4m3 too, with a scale
+per expert and output channel searched the same way; fastllm-kernels' grouped expert kernel
+widens them in registers (W8A16 at every batch size), the torch reference dequantizes one expert
+at a time. The router stays in the model dtype.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from fastllm_kernels.quant import fp8_linear, quantize_fp8_rows
 from fastllm_kernels.quant.common import fused
 
+from fastllm.layers.fused_moe import FusedMoE
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import LinearSpec, QuantizedLinear, Quantizer
+from fastllm.quantization import Calibration, LinearSpec, QuantizedLinear, Quantizer
 
 from fastllm_quant.scale_search import by_row_slices, fit_scale
 
@@ -47,6 +54,17 @@ def quantize_fp8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         return (w / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale.squeeze(1)
 
     return by_row_slices(weight, fit)
+
+
+def quantize_fp8_experts(moe: FusedMoE) -> None:
+    """``w13 [E, 2I, H]`` and ``w2 [E, H, I]`` to e4m3 in place, with ``w13_scale [E, 2I]`` and
+    ``w2_scale [E, H]``: every expert's output channels scaled as ``Fp8Linear``'s are."""
+    for name in ("w13", "w2"):
+        weight = getattr(moe, name).data
+        experts, rows, cols = weight.shape
+        codes, scale = quantize_fp8_weight(weight.reshape(experts * rows, cols))
+        setattr(moe, name, nn.Parameter(codes.view(experts, rows, cols), requires_grad=False))
+        setattr(moe, f"{name}_scale", nn.Parameter(scale.view(experts, rows), requires_grad=False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,6 +106,14 @@ class Fp8Linear(QuantizedLinear):
 
 class Fp8Quantizer(Quantizer):
     name = "fp8"
+
+    def quantize_model(self, model: nn.Module, calibrate: Calibration | None = None) -> None:
+        """Every linear layer, then (quantizing online) the routed experts of each MoE layer."""
+        super().quantize_model(model, calibrate)
+        if not self.prequantized:
+            for module in model.modules():
+                if isinstance(module, FusedMoE):
+                    quantize_fp8_experts(module)
 
     def quantize_layer(self, layer: LinearBase) -> Fp8Linear:
         return Fp8Linear.from_float(layer)

@@ -1,0 +1,150 @@
+"""Time ``fused_experts`` at the MoE shapes of Qwen3-30B-A3B, ERNIE-4.5-21B-A3B and Mixtral-8x7B on a
+CUDA GPU, against the torch loop over experts (``fastllm``'s reference), and sweep the grouped GEMMs' tiles.
+
+    python kernels/bench_fused_moe.py [--sweep] [--csv fused_moe.csv]
+
+A row gives CUDA-graph replay medians (``do_bench_cudagraph``) of the whole layer, the weight
+bytes the routed experts hold (each read once: the decode bound), the TFLOP/s of the routed
+products, the torch loop's time (``do_bench``; it syncs, so no graph) and the relative error of
+the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
+candidate tiles and prints the fastest per shape. Not a test: nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+
+import torch
+import triton
+
+from fastllm.layers.fused_moe import fused_experts_reference
+from fastllm_kernels.fused_moe import MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size
+
+MODELS = {  # hidden, moe intermediate, experts, top-k
+    "qwen3-30b-a3b": (2048, 768, 128, 8),
+    "ernie-4.5-21b-a3b": (2560, 1536, 64, 6),
+    "mixtral-8x7b": (4096, 14336, 8, 2),
+}
+TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
+SWEEP_TOKENS = [1, 16, 256, 4096, 16384]
+DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
+    MoeTiling(16, n, k, num_stages=s) for n, k, s in itertools.product([32, 64], [128, 256], [3, 5])]
+PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
+                 for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
+                                          (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
+                                          (128, 256, 64, 8, 8, 3), (32, 64, 128, 4, 4, 4)]]
+
+
+def routed(tokens: int, experts: int, top_k: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.randn(tokens, experts, device=device)
+    weights, ids = logits.softmax(-1).topk(top_k, dim=-1)
+    return weights / weights.sum(-1, keepdim=True), ids
+
+
+def weights_bytes(ids: torch.Tensor, hidden: int, inner: int, elem: int) -> int:
+    return ids.unique().numel() * 3 * hidden * inner * elem
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a device-to-device copy of 1 GiB (read + write), the bound every ratio here uses."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=100, return_mode="median")
+    return 2 * src.numel() / ms / 1e6
+
+
+def graph_time(fn) -> float:
+    """Median ms of CUDA-graph replays, or of plain launches where the capture fails."""
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+    except RuntimeError as error:
+        print(f"no graph ({error}); timing launches", flush=True)
+        return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
+
+
+def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int]) -> list[dict]:
+    hidden, inner, experts, top_k = MODELS[name]
+    w13 = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
+    w2 = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype) / inner ** 0.5
+    rows = []
+    for tokens in token_counts:
+        x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+        topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
+        out = fused_experts(x, w13, w2, topk_weights, topk_ids)
+        err = float("nan")
+        if tokens <= 4096:  # the float32 loop's memory
+            ref = fused_experts_reference(x.float(), w13.float(), w2.float(), topk_weights, topk_ids)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            del ref
+        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids))
+        loop_ms = triton.testing.do_bench(lambda: fused_experts_reference(x, w13, w2, topk_weights, topk_ids),
+                                          warmup=5, rep=50, return_mode="median")
+        nbytes = weights_bytes(topk_ids, hidden, inner, w13.element_size())
+        flops = 2 * 3 * tokens * top_k * hidden * inner
+        rows.append({"model": name, "tokens": tokens, "graph us": round(graph_ms * 1e3, 1),
+                     "weight MB": round(nbytes / 1e6, 1), "GB/s": round(nbytes / graph_ms / 1e6),
+                     "% copy bw": round(100 * nbytes / graph_ms / 1e6 / copy_gbs, 1),
+                     "TFLOP/s": round(flops / graph_ms / 1e9, 1), "torch loop us": round(loop_ms * 1e3, 1),
+                     "speedup": round(loop_ms / graph_ms, 2), "rel err": f"{err:.1e}"})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def sweep(name: str, dtype: torch.dtype) -> list[dict]:
+    """Each GEMM alone over its candidate tiles; the default's time beside the best."""
+    hidden, inner, experts, top_k = MODELS[name]
+    w13 = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype)
+    w2 = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype)
+    rows = []
+    for tokens in SWEEP_TOKENS:
+        x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+        topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
+        act = x.new_empty(tokens * top_k, inner)
+        per_pair = x.new_empty(tokens * top_k, hidden)
+        gemms = {"gate_up": lambda t, b: grouped_gemm(x, w13, act, b, t, top_k, gated=True),
+                 "down": lambda t, b: grouped_gemm(act, w2, per_pair, b, t, 1, False, topk_weights.view(-1))}
+        candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
+        for index, (gemm, run) in enumerate(gemms.items()):
+            default = default_tilings(tokens * top_k, experts)[index]
+            timings = {}
+            for tiling in dict.fromkeys([default, *candidates]):
+                blocks = moe_align_block_size(topk_ids, tiling.block_m, experts)
+                try:
+                    timings[tiling] = triton.testing.do_bench_cudagraph(lambda: run(tiling, blocks), rep=50,
+                                                                        return_mode="median")
+                except Exception as error:  # tiles that do not fit shared memory
+                    print(f"skip {tiling}: {type(error).__name__}", flush=True)
+            best = min(timings, key=timings.get)
+            rows.append({"model": name, "tokens": tokens, "gemm": gemm, "default us": round(timings[default] * 1e3, 1),
+                         "best us": round(timings[best] * 1e3, 1), "best": best})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--tokens", type=int, nargs="*", default=TOKENS)
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--csv")
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(0)
+    if args.sweep:
+        rows = [row for name in args.models for row in sweep(name, dtype)]
+    else:
+        copy_gbs = copy_bandwidth()
+        print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
+        rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens)]
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

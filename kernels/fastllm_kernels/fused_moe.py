@@ -1,0 +1,295 @@
+"""Mixture-of-experts feed-forward: every token through its top-k experts' SwiGLU, weighted and summed.
+
+The (token, slot) pairs are grouped by expert and each expert's run is padded to the tile
+height (``moe_align_block_size``), so a tile of rows never straddles two experts. Then two
+grouped GEMM launches: gate and up in one (the SiLU-and-mul applied to the accumulators, so
+the ``[pairs, 2I]`` projection is never stored), and down, scaled by the pair's routing
+weight. Each program reads only its expert's weights: at decode only the routed experts' bytes
+move. The k rows of a token are summed by one reduction, in a fixed order (deterministic,
+unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes).
+
+Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
+tiles past the padded pairs exit at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import triton
+import triton.language as tl
+
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+from fastllm_kernels.quant.common import dot_precision
+
+MAX_ALIGN_PAIRS = 4096
+"""Pairs the one-program alignment kernel sorts in registers (decode and small batches, where
+the dozen torch launches of the general path would cost more than the GEMMs)."""
+ONE_PAIR_BLOCKS_SHARE = 8
+"""Pairs go one a block, ungrouped, while there are at most an eighth as many as experts."""
+
+
+@dataclass(frozen=True)
+class MoeTiling:
+    """One grouped GEMM's tile: ``block_m`` pairs (the alignment unit) by ``block_n`` output
+    columns (gate and up each, in the gated GEMM) by ``block_k`` inputs a step."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
+                    weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
+    """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
+    ``bench_fused_moe.py`` (bf16). A few (decode): the product is a weight stream, so thin tiles
+    give many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's
+    weight tile serves its row blocks from L2. float32 halves the K step (shared memory); one-byte
+    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept)."""
+    per_expert = num_pairs / num_experts
+    if per_expert <= 4:
+        tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
+    elif per_expert <= 32:
+        tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
+    elif per_expert <= 128:
+        tiles = MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
+    else:
+        tiles = (MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3),
+                 MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
+    if element_size > 2:
+        tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
+    elif weight_size == 1 and per_expert <= 32:
+        tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
+    return tiles
+
+
+# ---- token grouping ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExpertBlocks:
+    """Pairs grouped by expert. ``sorted_pairs [num_blocks * block_m]``: pair ids (``token * k +
+    slot``), each expert's run padded to whole blocks with ``num_pairs`` (no pair);
+    ``expert_ids [num_blocks]``: each block's expert (``num_experts`` past the end);
+    ``num_padded [1]``: slots in use. ``num_blocks`` is an upper bound from the shapes.
+    ``block_m`` None: one pair a block, in pair order (``one_pair_blocks``)."""
+
+    sorted_pairs: torch.Tensor
+    expert_ids: torch.Tensor
+    num_padded: torch.Tensor
+    block_m: int | None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.expert_ids.shape[0]
+
+
+def one_pair_blocks(topk_ids: torch.Tensor) -> ExpertBlocks:
+    """Block ``p`` holds pair ``p`` alone: no grouping launch. For a handful of pairs (batch-1
+    decode), where experts rarely repeat, so hardly a weight byte is read twice."""
+    expert_ids = topk_ids.reshape(-1)
+    return ExpertBlocks(expert_ids, expert_ids, expert_ids, None)
+
+
+def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
+    """At most one partial block per expert that gets a pair, beyond the full ones."""
+    return triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+
+
+@triton.jit
+def _align_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, num_pairs, num_experts, num_blocks,
+                  BLOCK_M: tl.constexpr, PAIRS: tl.constexpr, EXPERTS: tl.constexpr, CHUNK: tl.constexpr):
+    """One program: a histogram of experts, padded run starts by cumsum, the pairs sorted by
+    (expert, pair) as packed int32 keys; a pair's slot is its run's start plus its rank there."""
+    pair = tl.arange(0, PAIRS)
+    expert_of = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=num_experts).to(tl.int32)
+    bins = tl.arange(0, EXPERTS)
+    counts = tl.where(bins < num_experts, tl.histogram(expert_of, EXPERTS), 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, 0)
+    # a sorted pair's rank in its run: its sorted position minus the pairs of earlier experts
+    run_shift = ends - padded - (tl.cumsum(counts, 0) - counts)
+    keys = tl.sort(expert_of * PAIRS + pair)
+    expert = keys // PAIRS
+    slot = tl.gather(run_shift, tl.minimum(expert, EXPERTS - 1), 0) + pair
+    for start in range(0, num_blocks, CHUNK):
+        block = start + tl.arange(0, CHUNK)
+        fill = block[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        tl.store(sorted_ptr + fill, num_pairs, mask=(block < num_blocks)[:, None])
+        ended = (ends[None, :] <= block[:, None] * BLOCK_M) & (bins < num_experts)[None, :]
+        tl.store(expert_ids_ptr + block, tl.sum(ended.to(tl.int32), 1), mask=block < num_blocks)
+    tl.debug_barrier()  # the padding is written before any pair lands on it
+    tl.store(sorted_ptr + slot, keys % PAIRS, mask=expert < num_experts)
+    tl.store(num_padded_ptr, tl.sum(padded, 0))
+
+
+def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int) -> ExpertBlocks:
+    """Group the pairs of ``topk_ids [T, k]`` by expert into blocks of ``block_m`` slots."""
+    ids = topk_ids.reshape(-1)
+    num_pairs = ids.numel()
+    blocks = max_blocks(num_pairs, num_experts, block_m)
+    if num_pairs > MAX_ALIGN_PAIRS or num_experts * num_pairs >= 1 << 31:
+        return _align_torch(ids, block_m, num_experts, blocks)
+    sorted_pairs = torch.empty(blocks * block_m, dtype=torch.int32, device=ids.device)
+    expert_ids = torch.empty(blocks, dtype=torch.int32, device=ids.device)
+    num_padded = torch.empty(1, dtype=torch.int32, device=ids.device)
+    pairs = triton.next_power_of_2(max(num_pairs, 2))
+    _align_kernel[(1,)](ids, sorted_pairs, expert_ids, num_padded, num_pairs, num_experts, blocks, BLOCK_M=block_m,
+                        PAIRS=pairs, EXPERTS=triton.next_power_of_2(num_experts + 1),
+                        CHUNK=min(64, triton.next_power_of_2(blocks)), num_warps=max(4, min(16, pairs // 256)))
+    return ExpertBlocks(sorted_pairs, expert_ids, num_padded, block_m)
+
+
+def _align_torch(ids: torch.Tensor, block_m: int, num_experts: int, blocks: int) -> ExpertBlocks:
+    """The same grouping in torch ops without host syncs (large prefill batches)."""
+    num_pairs = ids.numel()
+    ids = ids.long()
+    counts = torch.zeros(num_experts, dtype=torch.long, device=ids.device).scatter_add_(0, ids, torch.ones_like(ids))
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = padded.cumsum(0)
+    run_shift = ends - padded - (counts.cumsum(0) - counts)
+    expert, order = torch.sort(ids, stable=True)
+    slot = run_shift[expert] + torch.arange(num_pairs, device=ids.device)
+    sorted_pairs = torch.full((blocks * block_m,), num_pairs, dtype=torch.int32, device=ids.device)
+    sorted_pairs[slot] = order.to(torch.int32)
+    starts = torch.arange(blocks, device=ids.device) * block_m
+    expert_ids = torch.searchsorted(ends, starts, right=True).to(torch.int32)
+    return ExpertBlocks(sorted_pairs, expert_ids, ends[-1:].to(torch.int32), block_m)
+
+
+# ---- grouped GEMMs ----------------------------------------------------------------------------
+@triton.jit
+def _grouped_gemm_kernel(
+    a_ptr, w_ptr, scale_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
+    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_om, up_rows,
+    ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
+    FP8: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
+):
+    """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
+    ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
+    ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
+    store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream).
+    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding. ``FP8``: W holds e4m3 bytes,
+    widened exactly to a's dtype in registers, and ``scale [E, rows]`` scales each output channel
+    after the K loop."""
+    wait_for_inputs(PDL)
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * n_tiles
+    first_m = pid // in_group * GROUP_M
+    size_m = tl.minimum(num_blocks - first_m, GROUP_M)
+    pid_m = first_m + pid % in_group % size_m
+    pid_n = pid % in_group // size_m
+    if ONE_PAIR:
+        pairs = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_pairs).to(tl.int64)
+    else:
+        if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+            return
+        pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    row_in = pairs < num_pairs
+    a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    w_cols = tl.minimum(cols, N - 1).to(tl.int64)
+    w_rows = w_ptr + expert * stride_we + w_cols[:, None] * stride_wn
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
+            w = tl.load(w_rows + k0 + ks[None, :])
+        else:
+            k_in = (k0 + ks < K)[None, :]
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & k_in, other=0.0)
+            w = tl.load(w_rows + k0 + ks[None, :], mask=k_in, other=0.0)
+        if FP8:
+            w = w.to(tl.float8e4nv, bitcast=True).to(a.dtype)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+        if GATED:
+            if EVEN_K:
+                up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :])
+            else:
+                up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :], mask=k_in, other=0.0)
+            if FP8:
+                up = up.to(tl.float8e4nv, bitcast=True).to(a.dtype)
+            acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
+    if FP8:
+        scales = scale_ptr + expert * stride_se + w_cols
+        acc *= tl.load(scales)[None, :]
+        if GATED:
+            acc_up *= tl.load(scales + up_rows)[None, :]
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if WEIGHTED:
+        acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
+    out_ptrs = out_ptr + pairs[:, None] * stride_om + cols[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
+
+
+def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
+                 rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
+                 w_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
+    (twice N gated), K]`` (e4m3 with ``w_scale [E, rows]`` float32, or a's dtype); rows of ``a``
+    are tokens (``rows_per_a`` = k) or pairs (1)."""
+    n = w.shape[1] // 2 if gated else w.shape[1]
+    k = w.shape[2]
+    if blocks.block_m not in (None, tiling.block_m):
+        raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
+    if w.stride(2) != 1 or a.stride(1) != 1:
+        raise ValueError("weights and activations need contiguous rows")
+    fp8 = w_scale is not None
+    if fp8:
+        w = w.view(torch.uint8)
+    grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
+    _grouped_gemm_kernel[grid](
+        a, w, w_scale if fp8 else out, out, blocks.sorted_pairs, blocks.expert_ids, blocks.num_padded,
+        out if topk_weights is None else topk_weights,
+        n, k, out.shape[0], blocks.num_blocks, a.stride(0), w.stride(0), w.stride(1),
+        w_scale.stride(0) if fp8 else 0, out.stride(0), n,
+        ROWS_PER_A=rows_per_a, ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None,
+        FP8=fp8, BLOCK_M=tiling.block_m,
+        BLOCK_N=tiling.block_n, BLOCK_K=tiling.block_k, GROUP_M=tiling.group_m, EVEN_K=k % tiling.block_k == 0,
+        PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+        **pdl_launch(a.device))
+    return out
+
+
+def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                  topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
+                  w2_scale: torch.Tensor | None = None,
+                  tilings: tuple[MoeTiling, MoeTiling] | None = None) -> torch.Tensor:
+    """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
+    ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
+    ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
+    fp8 experts: ``w13``/``w2`` e4m3 with float32 per-channel scales ``w13_scale [E, 2I]``,
+    ``w2_scale [E, H]``."""
+    if activation != "silu":
+        raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
+    tokens, top_k = topk_ids.shape
+    num_experts, inner = w13.shape[0], w13.shape[1] // 2
+    if w13.shape[2] != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner):
+        raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
+    num_pairs = tokens * top_k
+    if (w13_scale is None) != (w2_scale is None):
+        raise ValueError("fp8 experts need both w13_scale and w2_scale")
+    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
+    hidden = hidden.contiguous()
+    if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
+        blocks = one_pair_blocks(topk_ids)
+    else:
+        blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
+    act = hidden.new_empty((num_pairs, inner))
+    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale)
+    if blocks.block_m not in (None, down.block_m):
+        blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
+    per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
+    grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1),
+                 w_scale=w2_scale)
+    return per_pair.view(tokens, top_k, -1).sum(dim=1)
+

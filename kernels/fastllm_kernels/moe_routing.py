@@ -1,0 +1,64 @@
+"""MoE routing after the router's logits: softmax, top-k (optionally chosen on scores with a
+correction bias, weighted by the softmax alone), renormalisation; one launch instead of the
+six torch ops (softmax, add, topk, gather, sum, divide) that cost a batch-1 decode step more in
+launches than in work, once per MoE layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
+
+@triton.jit
+def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts, stride_row, norm_min,
+                         TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
+    """One token a program: float32 softmax, then ``TOP_K`` rounds of argmax (the lowest expert
+    on ties), each winner masked out of the scores."""
+    wait_for_inputs(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    expert = tl.arange(0, EXPERTS)
+    valid = expert < num_experts
+    logits = tl.load(logits_ptr + row * stride_row + expert, mask=valid, other=-float("inf")).to(tl.float32)
+    probs = tl.exp(logits - tl.max(logits, 0))
+    probs = probs / tl.sum(probs, 0)
+    scores = probs
+    if HAS_BIAS:
+        scores += tl.load(bias_ptr + expert, mask=valid, other=0.0).to(tl.float32)
+    scores = tl.where(valid, scores, -float("inf"))
+    slot = tl.arange(0, SLOTS)
+    chosen = tl.zeros((SLOTS,), dtype=tl.int64)
+    weights = tl.zeros((SLOTS,), dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        best = tl.min(tl.where(scores == tl.max(scores, 0), expert, EXPERTS), 0)
+        chosen = tl.where(slot == j, best, chosen)
+        weights = tl.where(slot == j, tl.sum(tl.where(expert == best, probs, 0.0), 0), weights)
+        scores = tl.where(expert == best, -float("inf"), scores)
+    if RENORMALIZE:
+        weights = weights / tl.maximum(tl.sum(weights, 0), norm_min)
+    tl.store(weights_ptr + row * TOP_K + slot, weights, mask=slot < TOP_K)
+    tl.store(ids_ptr + row * TOP_K + slot, chosen, mask=slot < TOP_K)
+
+
+def topk_softmax(logits: torch.Tensor, top_k: int, renormalize: bool = True, norm_min: float = 0.0,
+                 correction_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits [T, E]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` int64), best first.
+    ``correction_bias [E]`` (or ``[1, E]``) shifts the choice, not the weights; renormalised
+    weights are divided by ``max(sum, norm_min)``."""
+    tokens, num_experts = logits.shape
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    weights = torch.empty((tokens, top_k), dtype=torch.float32, device=logits.device)
+    ids = torch.empty((tokens, top_k), dtype=torch.int64, device=logits.device)
+    if tokens:
+        bias = logits if correction_bias is None else correction_bias.reshape(-1)
+        _topk_softmax_kernel[(tokens,)](
+            logits, bias, weights, ids, num_experts, logits.stride(0), norm_min, TOP_K=top_k,
+            SLOTS=triton.next_power_of_2(top_k), EXPERTS=triton.next_power_of_2(num_experts),
+            HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize, num_warps=1 if num_experts <= 256 else 4,
+            **pdl_launch(logits.device))
+    return weights, ids
