@@ -37,6 +37,7 @@ class ForwardContext:
     attn_metadata: AttentionMetadata
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     backend: Any
+    adapter_slots: Optional[torch.Tensor] = None  # [num_tokens] int32 adapter slot, -1 = base model
 
 
 _context: Optional[ForwardContext] = None

@@ -58,6 +58,10 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
+        # The adapter manager wraps the loaded (and quantized) layers; it reads each step's slots.
+        self.adapters = (registry.get("adapter_managers", "lora")(self.model, config)
+                         if config.enable_lora else None)
+        self.adapter_slots: Optional[torch.Tensor] = None
         self.graphs: Optional[DecodeGraphs] = None
         self.last_sampled: Optional[SampledTokens] = None
 
@@ -121,8 +125,10 @@ class ModelRunner:
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_cuda_graphs(self) -> bool:
-        """On CUDA unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
+        """On CUDA unless ``enforce_eager``; the backend must be capturable; one rank only and no
+        adapters for now (their per-token slots are not a captured input)."""
         return (self.device.type == "cuda" and not self.config.enforce_eager and tp_size() == 1
+                and self.adapters is None
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
@@ -142,6 +148,9 @@ class ModelRunner:
         penalties) see its tokens while the device computes this step's logits.
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
+        if self.adapters is not None:
+            self.adapter_slots = self.adapters.token_slots([item.seq.adapter_id for item in inputs.order],
+                                                           inputs.attn_metadata.query_lens_cpu)
         hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
@@ -161,7 +170,7 @@ class ModelRunner:
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                        attn_metadata: AttentionMetadata) -> torch.Tensor:
-        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend)):
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_slots)):
             return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:

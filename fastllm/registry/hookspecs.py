@@ -84,3 +84,13 @@ def register_structured_output_backends() -> Factories:
 @hookspec
 def register_chat_templates() -> Factories:
     """Chat templates keyed by name; each factory returns the Jinja source."""
+
+
+@hookspec
+def register_adapter_managers() -> Factories:
+    """Per-request adapter servers keyed by kind (``lora``, for ``enable_lora=True``).
+
+    A class is built as ``cls(model, engine_config)`` after the weights are loaded (and
+    quantized); it may wrap the model's linear layers, and follows
+    ``fastllm.adapters.AdapterManager``.
+    """

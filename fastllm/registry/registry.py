@@ -18,6 +18,7 @@ KINDS: tuple[str, ...] = (
     "speculative_decoders",
     "structured_output_backends",
     "chat_templates",
+    "adapter_managers",
 )
 
 BUILTIN_DISTRIBUTION = "fastllm"
