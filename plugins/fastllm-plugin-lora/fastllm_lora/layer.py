@@ -1,0 +1,67 @@
+"""A linear layer plus the LoRA deltas of the adapters in its device slots.
+
+Fused layers (qkv, gate_up) hold one rank block per projection: A stacks the projections'
+A matrices, and B is block-diagonal, each projection's B in its rows of the fused output and
+its own rank columns. So a mixed batch costs two launches a layer whatever the adapters.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from fastllm.attention.metadata import get_forward_context
+from fastllm.layers.fused import kernels_for
+from fastllm_lora.checkpoint import ModuleDelta
+
+
+class LoRALinear(nn.Module):
+    """Wraps ``base`` (any fastllm linear, quantized ones included); one tensor-parallel rank."""
+
+    def __init__(self, base: nn.Module, slices: dict[object, tuple[int, int]], num_slots: int, max_rank: int,
+                 dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        self.base = base
+        self.slices = slices
+        self.max_rank = max_rank
+        ranks = len(slices) * max_rank
+        self.register_buffer("lora_a", torch.zeros(num_slots, ranks, base.input_size, dtype=dtype, device=device))
+        self.register_buffer("lora_b", torch.zeros(num_slots, base.output_size, ranks, dtype=dtype, device=device))
+        self.register_buffer("scale", torch.zeros(num_slots, dtype=torch.float32, device=device))
+
+    def set_slot(self, slot: int, deltas: dict[object, ModuleDelta]) -> None:
+        """Write one adapter's deltas (by shard id) into ``slot``; projections it lacks stay zero."""
+        self.lora_a[slot].zero_()
+        self.lora_b[slot].zero_()
+        scaling = next(iter(deltas.values())).scaling if deltas else 0.0
+        for block, (shard, (offset, size)) in enumerate(self.slices.items()):
+            delta = deltas.get(shard)
+            if delta is None:
+                continue
+            ranks = slice(block * self.max_rank, block * self.max_rank + delta.rank)
+            b = delta.b if delta.scaling == scaling else delta.b.float() * (delta.scaling / scaling)
+            self.lora_a[slot, ranks].copy_(delta.a)
+            self.lora_b[slot, offset:offset + size, ranks].copy_(b)
+        self.scale[slot] = scaling
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        slots = get_forward_context().adapter_slots
+        if slots is None:
+            return y
+        rows, out = x.reshape(-1, x.shape[-1]), y.view(-1, y.shape[-1])
+        kernels = kernels_for(x)
+        if kernels is not None:
+            kernels.lora_expand(out, kernels.lora_shrink(rows, self.lora_a, slots), self.lora_b, self.scale, slots)
+        else:
+            self._add_torch(rows, out, slots)
+        return y
+
+    def _add_torch(self, rows: torch.Tensor, out: torch.Tensor, slots: torch.Tensor) -> None:
+        """The per-adapter reference: each adapter's tokens through its own two matmuls."""
+        for slot in slots.unique().tolist():
+            if slot < 0:
+                continue
+            picked = (slots == slot).nonzero().squeeze(1)
+            xa = rows[picked] @ self.lora_a[slot].T
+            out[picked] += (xa @ self.lora_b[slot].T) * self.scale[slot].to(out.dtype)

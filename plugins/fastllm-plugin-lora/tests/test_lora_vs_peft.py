@@ -1,0 +1,60 @@
+"""Greedy output equal to HF transformers + PEFT, token for token, in one batch that mixes adapters
+of different ranks and targets with base-model requests; through chunked prefill, more adapters
+than device slots and host copies, and the prefix cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastllm import LLM, LoRARequest, SamplingParams
+
+from conftest import ADAPTERS, peft_greedy
+
+MAX_TOKENS = 6
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+]
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_path):
+    # Two device slots and two host copies for three adapters; a 48-token step budget chunks prompts.
+    return LLM(smollm2_path, enable_lora=True, max_loras=2, max_cpu_loras=2, max_lora_rank=16,
+               enable_prefix_caching=True, block_size=16, max_num_batched_tokens=48, max_model_len=512,
+               num_gpu_blocks_override=96, max_num_seqs=16)
+
+
+@pytest.fixture(scope="module")
+def requests(adapter_paths) -> dict[str, LoRARequest]:
+    return {name: LoRARequest(name, i + 1, adapter_paths[name]) for i, name in enumerate(ADAPTERS)}
+
+
+def test_mixed_batch_matches_peft(llm, requests, peft_model, hf_base):
+    tokenizer = hf_base[1]
+    cases = [(prompt, adapter) for prompt in PROMPTS for adapter in [None, *ADAPTERS]]
+    outputs = llm.generate([prompt for prompt, _ in cases], SamplingParams(max_tokens=MAX_TOKENS, temperature=0),
+                           lora_request=[requests[a] if a else None for _, a in cases], use_tqdm=False)
+
+    got = {case: out.completions[0].token_ids for case, out in zip(cases, outputs)}
+    for (prompt, adapter), tokens in got.items():
+        ids = tokenizer(prompt)["input_ids"]
+        assert tokens == peft_greedy(peft_model, adapter, ids, MAX_TOKENS), (prompt, adapter)
+    for prompt in PROMPTS:  # the adapters do change the output
+        assert len({tuple(got[(prompt, a)]) for a in [None, *ADAPTERS]}) > 2
+
+
+def test_prefix_cache_is_shared_by_one_adapter_only(llm, requests, hf_base):
+    prompt = "A prompt long enough to fill two cache blocks of sixteen tokens each, " * 3
+    full_blocks = (len(hf_base[1](prompt)["input_ids"]) - 1) // 16
+    params = SamplingParams(max_tokens=2, temperature=0)
+    qv8, all16 = requests["qv8"], requests["all16"]
+
+    first = llm.generate(prompt, params, lora_request=qv8, use_tqdm=False)[0]
+    other = llm.generate(prompt, params, lora_request=all16, use_tqdm=False)[0]
+    base = llm.generate(prompt, params, use_tqdm=False)[0]
+    again = llm.generate(prompt, params, lora_request=qv8, use_tqdm=False)[0]
+
+    assert first.num_cached_tokens == other.num_cached_tokens == base.num_cached_tokens == 0
+    assert full_blocks >= 2 and again.num_cached_tokens == 16 * full_blocks
+    assert again.completions[0].token_ids == first.completions[0].token_ids
