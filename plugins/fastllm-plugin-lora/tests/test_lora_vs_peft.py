@@ -4,11 +4,16 @@ than device slots and host copies, and the prefix cache."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from fastllm import LLM, LoRARequest, SamplingParams
 
 from conftest import ADAPTERS, peft_greedy
+from lora_helpers import write_adapter
 
 MAX_TOKENS = 6
 PROMPTS = [
@@ -58,3 +63,36 @@ def test_prefix_cache_is_shared_by_one_adapter_only(llm, requests, hf_base):
     assert first.num_cached_tokens == other.num_cached_tokens == base.num_cached_tokens == 0
     assert full_blocks >= 2 and again.num_cached_tokens == 16 * full_blocks
     assert again.completions[0].token_ids == first.completions[0].token_ids
+
+
+def _broken(path, hf_config, kind: str) -> str:
+    """An adapter that must be refused: rank over the limit, an unknown module, a wrong shape."""
+    write_adapter(path, hf_config, 32 if kind == "rank" else 4, ["q_proj"], seed=9, layers=1)
+    if kind != "rank":
+        tensors = load_file(os.path.join(path, "adapter_model.safetensors"))
+        prefix = "base_model.model.model.layers.0."
+        if kind == "module":
+            tensors[prefix + "mlp.fc1.lora_A.weight"] = torch.zeros(4, 8)
+            tensors[prefix + "mlp.fc1.lora_B.weight"] = torch.zeros(8, 4)
+        else:
+            tensors[prefix + "self_attn.q_proj.lora_A.weight"] = torch.zeros(4, 7)
+        save_file(tensors, os.path.join(path, "adapter_model.safetensors"))
+    return path
+
+
+def test_a_bad_adapter_fails_only_its_request(llm, requests, tmp_path, hf_base):
+    config = hf_base[0].config
+    bad = {"missing": str(tmp_path / "nowhere"), **{kind: _broken(str(tmp_path / kind), config, kind)
+                                                    for kind in ("rank", "module", "shape")}}
+    lora = [requests["qv8"]] + [LoRARequest(kind, 100 + i, path) for i, (kind, path) in enumerate(bad.items())]
+    lora.append(LoRARequest("impostor", requests["qv8"].lora_int_id, bad["rank"]))
+
+    outputs = llm.generate(["Hello"] * len(lora), SamplingParams(max_tokens=2, temperature=0),
+                           lora_request=lora, use_tqdm=False)
+
+    messages = [out.error_msg for out in outputs[1:]]
+    assert [out.error_code for out in outputs] == [200] + [400] * 5
+    for message, expected in zip(messages, ["not found", "exceeds max_lora_rank=16", "unknown target module",
+                                            "expected (4, 576)", "already names adapter 'qv8'"]):
+        assert expected in message
+    assert len(outputs[0].completions[0].token_ids) == 2
