@@ -196,6 +196,18 @@ class LLMEngine:
                 self.speculator.on_prompt(sample.seq)
             self.scheduler.add(sample.seq)
 
+    def add_adapter(self, lora_request: LoRARequest) -> None:
+        """Check and load an adapter ahead of its requests; RequestError when it cannot be served."""
+        self._adapter_of(lora_request)
+
+    def remove_adapter(self, adapter_id: int) -> bool:
+        """Forget an adapter no request is using; False when it was not loaded."""
+        if not self.config.enable_lora:
+            return False
+        if any(seq.adapter_id == adapter_id for seq in [*self.scheduler.running, *self.scheduler.waiting]):
+            raise RequestError(f"LoRA adapter {adapter_id} still has requests in flight")
+        return self.runner.adapters.remove(adapter_id)
+
     def _adapter_of(self, lora_request: Optional[LoRARequest]) -> tuple[int, bytes]:
         """The adapter id and prefix-cache salt of a request; the adapter is checked and loaded."""
         if lora_request is None:
