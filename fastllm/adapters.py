@@ -36,6 +36,10 @@ class AdapterManager(Protocol):
 
     max_adapters_per_step: int
 
+    @staticmethod
+    def merge(model: torch.nn.Module, path: str) -> None:
+        """Add an adapter's deltas into the loaded weights for good (``merge_lora=``)."""
+
     def add(self, request: LoRARequest) -> None:
         """Check and load an adapter (host copy); raise RequestError when it cannot be served."""
 

@@ -52,6 +52,7 @@ class EngineConfig(BaseModel):
     max_loras: int = Field(1, ge=1)
     max_lora_rank: int = Field(16, ge=1)
     max_cpu_loras: Optional[int] = Field(None, ge=1)  # None: max_loras
+    merge_lora: Optional[str] = None  # a PEFT adapter directory merged into the weights at load
 
     @model_validator(mode="after")
     def _block_size_power_of_two(self) -> "EngineConfig":

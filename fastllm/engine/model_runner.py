@@ -57,11 +57,13 @@ class ModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self.model.eval()
+        self.adapter_slots: Optional[torch.Tensor] = None  # this step's per-token adapter slots
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
+        if config.merge_lora:
+            registry.get("adapter_managers", "lora").merge(self.model, config.merge_lora)
         # The adapter manager wraps the loaded (and quantized) layers; it reads each step's slots.
         self.adapters = (registry.get("adapter_managers", "lora")(self.model, config)
                          if config.enable_lora else None)
-        self.adapter_slots: Optional[torch.Tensor] = None
         self.graphs: Optional[DecodeGraphs] = None
         self.last_sampled: Optional[SampledTokens] = None
 

@@ -94,3 +94,9 @@ def register_adapter_managers() -> Factories:
     quantized); it may wrap the model's linear layers, and follows
     ``fastllm.adapters.AdapterManager``.
     """
+
+
+@hookspec
+def register_cli_commands() -> Factories:
+    """``fastllm`` subcommands a plugin adds, keyed by name; each factory is a
+    ``register(subparsers)`` like the built-in command modules'."""

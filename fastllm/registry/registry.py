@@ -19,6 +19,7 @@ KINDS: tuple[str, ...] = (
     "structured_output_backends",
     "chat_templates",
     "adapter_managers",
+    "cli_commands",
 )
 
 BUILTIN_DISTRIBUTION = "fastllm"

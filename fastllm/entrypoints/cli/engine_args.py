@@ -80,6 +80,8 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--max-loras", type=int, default=None, help="distinct adapters in one step")
     parser.add_argument("--max-lora-rank", type=int, default=None)
     parser.add_argument("--max-cpu-loras", type=int, default=None, help="adapters kept on the host")
+    parser.add_argument("--merge-lora", default=None, metavar="ADAPTER",
+                        help="merge this PEFT LoRA adapter into the weights at load")
     parser.add_argument("--hf-overrides", type=json.loads, default=None,
                         help='JSON of config fields to override, e.g. \'{"vocab_size": 49152}\' for a '
                              "dummy-weight model served with another model's tokenizer")

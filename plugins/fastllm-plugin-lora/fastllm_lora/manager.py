@@ -16,40 +16,17 @@ import torch.nn as nn
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.input_processor import RequestError
-from fastllm.layers.linear import LinearBase
 from fastllm.platforms.transfer import to_device
-from fastllm.quantization.linear import QuantizedLinear
 from fastllm_lora.checkpoint import LoRAAdapter, read_adapter
 from fastllm_lora.layer import LoRALinear
-
-
-def projections(model: nn.Module) -> dict[str, tuple[str, object]]:
-    """PEFT module name -> (the model's linear layer that computes it, its shard id there).
-
-    The model fuses HF's projections (``stacked_params``: q/k/v -> qkv_proj, gate/up ->
-    gate_up_proj); the LM head is never a target.
-    """
-    unfused = {fused: [] for fused, _ in getattr(model, "stacked_params", {}).values()}
-    for fragment, (fused, shard) in getattr(model, "stacked_params", {}).items():
-        unfused[fused].append((fragment, shard))
-    found = {}
-    for name, module in model.named_modules():
-        if not isinstance(module, (LinearBase, QuantizedLinear)) or name.endswith("lm_head"):
-            continue
-        parent, _, leaf = name.rpartition(".")
-        for fragment, shard in unfused.get(leaf, [(leaf, None)]):
-            found[f"{parent}.{fragment}"] = (name, shard)
-    return found
-
-
-def shard_slices(layer: nn.Module) -> dict[object, tuple[int, int]]:
-    """A float layer computes them; a quantized stand-in keeps the float layer's as a dict."""
-    slices = layer.shard_slices
-    return slices() if callable(slices) else slices
+from fastllm_lora.merge import merge_into_model
+from fastllm_lora.targets import projection_shapes, projections, shard_slices
 
 
 class LoRAManager:
     """The ``adapter_managers: lora`` plugin (``fastllm.adapters.AdapterManager``)."""
+
+    merge = staticmethod(merge_into_model)
 
     def __init__(self, model: nn.Module, config: EngineConfig):
         self.max_rank = config.max_lora_rank
@@ -60,7 +37,7 @@ class LoRAManager:
         self.known: dict[int, LoRARequest] = {}
         self.host: OrderedDict[int, LoRAAdapter] = OrderedDict()
         self.slots: OrderedDict[int, int] = OrderedDict()  # adapter id -> device slot, least recent first
-        self.shapes: dict[str, tuple[int, int]] = {}  # PEFT module -> (input, output) features
+        self.shapes = projection_shapes(model)  # PEFT module -> (input, output) features
         self.layers: dict[str, tuple[LoRALinear, dict[object, str]]] = {}  # layer -> (wrapper, shard -> PEFT)
         for peft_name, (layer_name, shard) in projections(model).items():
             if layer_name not in self.layers:
@@ -72,7 +49,6 @@ class LoRAManager:
                 self.layers[layer_name] = (wrapper, {})
             wrapper, names = self.layers[layer_name]
             names[shard] = peft_name
-            self.shapes[peft_name] = (wrapper.base.input_size, wrapper.slices[shard][1])
 
     # ---- requests -----------------------------------------------------------------------------
     def add(self, request: LoRARequest) -> None:

@@ -1,4 +1,4 @@
-"""Registers multi-LoRA serving on fastllm's ``adapter_managers`` hook."""
+"""Registers multi-LoRA serving on fastllm's ``adapter_managers`` hook and ``fastllm merge-lora``."""
 
 from __future__ import annotations
 
@@ -10,3 +10,10 @@ def register_adapter_managers():
     from fastllm_lora.manager import LoRAManager
 
     return {"lora": LoRAManager}
+
+
+@hookimpl
+def register_cli_commands():
+    from fastllm_lora.merge import register
+
+    return {"merge-lora": register}
