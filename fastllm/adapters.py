@@ -2,13 +2,13 @@
 
 The core only carries an adapter's integer id from the request to the packed batch; an
 ``adapter_managers`` plugin owns the weights, wraps the model's layers and maps ids to the
-device slots that one step reads (``ForwardContext.adapter_slots``).
+device slots that one step reads (``ForwardContext.adapter_batch``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -46,9 +46,10 @@ class AdapterManager(Protocol):
     def remove(self, adapter_id: int) -> bool:
         """Forget an adapter; False when it was unknown."""
 
-    def token_slots(self, adapter_ids: list[int], num_tokens: list[int]) -> Optional[torch.Tensor]:
-        """Make the step's adapters resident and return each token's slot (-1: none), or None
-        when no sequence of the step uses one."""
+    def prepare_step(self, adapter_ids: list[int], num_tokens: list[int]) -> Any:
+        """Make the step's adapters resident (sequence i has ``num_tokens[i]`` tokens of adapter
+        ``adapter_ids[i]``); the result is ``ForwardContext.adapter_batch``: None when no
+        sequence of the step uses an adapter."""
 
     def stats(self) -> dict[str, Any]:
         """Resident and known adapters, for the metrics."""

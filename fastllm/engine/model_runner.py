@@ -57,7 +57,7 @@ class ModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self.model.eval()
-        self.adapter_slots: Optional[torch.Tensor] = None  # this step's per-token adapter slots
+        self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
         if config.merge_lora:
             registry.get("adapter_managers", "lora").merge(self.model, config.merge_lora)
@@ -151,8 +151,8 @@ class ModelRunner:
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
         if self.adapters is not None:
-            self.adapter_slots = self.adapters.token_slots([item.seq.adapter_id for item in inputs.order],
-                                                           inputs.attn_metadata.query_lens_cpu)
+            self.adapter_batch = self.adapters.prepare_step([item.seq.adapter_id for item in inputs.order],
+                                                            inputs.attn_metadata.query_lens_cpu)
         hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
@@ -172,7 +172,7 @@ class ModelRunner:
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                        attn_metadata: AttentionMetadata) -> torch.Tensor:
-        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_slots)):
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_batch)):
             return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:

@@ -1,9 +1,12 @@
-"""Batched LoRA for a batch that mixes adapters (Punica's BGMV): each token reads its own
-adapter's A and B, picked by a per-token slot index into stacked ``[slots, ...]`` weights.
+"""Batched LoRA for a batch that mixes adapters (Punica's SGMV): each token reads its own adapter's
+A and B from stacked ``[slots, ...]`` weights.
 
-A layer runs two launches: ``lora_shrink`` (``xa = x @ A[slot]^T``, rank-sized, float32) and
-``lora_expand`` (``y += scale[slot] * xa @ B[slot]^T`` in place over the base layer's output).
-A token with slot -1 (the base model) reads no weights and leaves ``y`` as it was.
+The host groups the step's tokens by adapter slot once (``lora_tiles``): ``order`` lists the
+tokens that use an adapter, sorted by slot, and each tile is a run of at most ``TILE_TOKENS`` of
+them with one slot, so a program loads its adapter's weights once for the whole run and multiplies
+with ``tl.dot``. A layer then runs two launches: ``lora_shrink`` (``xa = x @ A[slot]^T``, float32)
+and ``lora_expand`` (``y += scale[slot] * xa @ B[slot]^T`` in place over the base output). Tokens
+of the base model (slot -1) are in no tile: their rows of ``y`` are left as they were.
 """
 
 from __future__ import annotations
@@ -12,64 +15,99 @@ import torch
 import triton
 import triton.language as tl
 
-_BLOCK_K = 128
+TILE_TOKENS = 32
+_BLOCK_K = 64
 _BLOCK_N = 64
 
 
+def lora_tiles(slots: list[int], tile: int = TILE_TOKENS) -> tuple[list[int], list[int]]:
+    """Per-token slots -> (``order``: the adapter tokens sorted by slot, ``tiles``: flat
+    ``(start in order, length, slot)`` triples of runs of at most ``tile`` tokens)."""
+    order = sorted((t for t, s in enumerate(slots) if s >= 0), key=lambda t: slots[t])
+    tiles: list[int] = []
+    start = 0
+    while start < len(order):
+        slot, end = slots[order[start]], start
+        while end < len(order) and end - start < tile and slots[order[end]] == slot:
+            end += 1
+        tiles += [start, end - start, slot]
+        start = end
+    return order, tiles
+
+
 @triton.jit
-def _shrink_kernel(x_ptr, a_ptr, slot_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
-                   BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    token = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + token).to(tl.int64)
+def _shrink_kernel(x_ptr, a_ptr, order_ptr, tiles_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
+                   BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    tile = tl.program_id(0)
+    start, length = tl.load(tiles_ptr + 3 * tile), tl.load(tiles_ptr + 3 * tile + 1)
+    slot = tl.load(tiles_ptr + 3 * tile + 2).to(tl.int64)
+    rows = tl.arange(0, BLOCK_T)
+    tokens = tl.load(order_ptr + start + rows, mask=rows < length, other=0).to(tl.int64)
     ranks = tl.arange(0, BLOCK_R)
-    acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    if slot >= 0:
-        for k0 in range(0, K, BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + token * stride_x + cols, mask=cols < K, other=0.0).to(tl.float32)
-            a = tl.load(a_ptr + slot * stride_as + ranks[:, None] * stride_ar + cols[None, :],
-                        mask=(ranks[:, None] < R) & (cols[None, :] < K), other=0.0).to(tl.float32)
-            acc += tl.sum(a * x[None, :], axis=1)
-    tl.store(out_ptr + token * stride_out + ranks, acc, mask=ranks < R)
+    acc = tl.zeros((BLOCK_T, BLOCK_R), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + tokens[:, None] * stride_x + cols[None, :],
+                    mask=(rows[:, None] < length) & (cols[None, :] < K), other=0.0)
+        a = tl.load(a_ptr + slot * stride_as + ranks[None, :] * stride_ar + cols[:, None],
+                    mask=(ranks[None, :] < R) & (cols[:, None] < K), other=0.0)
+        acc += tl.dot(x, a, input_precision=PRECISION)
+    tl.store(out_ptr + tokens[:, None] * stride_out + ranks[None, :], acc,
+             mask=(rows[:, None] < length) & (ranks[None, :] < R))
 
 
 @triton.jit
-def _expand_kernel(xa_ptr, b_ptr, scale_ptr, slot_ptr, y_ptr, N, R, stride_xa, stride_bs, stride_bn,
-                   stride_y, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
-    token = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + token).to(tl.int64)
-    if slot >= 0:
-        rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        ranks = tl.arange(0, BLOCK_R)
-        xa = tl.load(xa_ptr + token * stride_xa + ranks, mask=ranks < R, other=0.0)
-        b = tl.load(b_ptr + slot * stride_bs + rows[:, None] * stride_bn + ranks[None, :],
-                    mask=(rows[:, None] < N) & (ranks[None, :] < R), other=0.0).to(tl.float32)
-        delta = tl.sum(b * xa[None, :], axis=1) * tl.load(scale_ptr + slot)
-        y_rows = y_ptr + token * stride_y + rows
-        y = tl.load(y_rows, mask=rows < N, other=0.0).to(tl.float32)
-        tl.store(y_rows, (y + delta).to(y_ptr.dtype.element_ty), mask=rows < N)
+def _expand_kernel(xa_ptr, b_ptr, scale_ptr, order_ptr, tiles_ptr, y_ptr, N, R, stride_xa, stride_bs, stride_bn,
+                   stride_y, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    tile = tl.program_id(0)
+    start, length = tl.load(tiles_ptr + 3 * tile), tl.load(tiles_ptr + 3 * tile + 1)
+    slot = tl.load(tiles_ptr + 3 * tile + 2).to(tl.int64)
+    rows = tl.arange(0, BLOCK_T)
+    tokens = tl.load(order_ptr + start + rows, mask=rows < length, other=0).to(tl.int64)
+    ranks = tl.arange(0, BLOCK_R)
+    outputs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    xa = tl.load(xa_ptr + tokens[:, None] * stride_xa + ranks[None, :],
+                 mask=(rows[:, None] < length) & (ranks[None, :] < R), other=0.0)
+    b = tl.load(b_ptr + slot * stride_bs + outputs[None, :] * stride_bn + ranks[:, None],
+                mask=(outputs[None, :] < N) & (ranks[:, None] < R), other=0.0)
+    delta = tl.dot(xa.to(b.dtype), b, input_precision=PRECISION) * tl.load(scale_ptr + slot)
+    mask = (rows[:, None] < length) & (outputs[None, :] < N)
+    y_rows = y_ptr + tokens[:, None] * stride_y + outputs[None, :]
+    y = tl.load(y_rows, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_rows, (y + delta).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def lora_shrink(x: torch.Tensor, a: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """``x [T, K]``, ``a [S, R, K]``, ``slots [T]`` int -> ``xa [T, R]`` float32 (0 where slot -1)."""
-    tokens, (_, rank, inner) = x.shape[0], a.shape
+def _precision(x: torch.Tensor) -> str:
+    """float32 stays float32 (no tf32 rounding); half types run on the tensor cores anyway."""
+    return "ieee" if x.dtype == torch.float32 else "tf32"
+
+
+def _block_r(rank: int) -> int:
+    return max(16, triton.next_power_of_2(rank))  # tl.dot wants every side >= 16
+
+
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, order: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
+    """``x [T, K]``, ``a [S, R, K]`` -> ``xa [T, R]`` float32, written only at the tiled tokens."""
+    (_, rank, inner), num_tiles = a.shape, tiles.numel() // 3
     x = x if x.stride(-1) == 1 else x.contiguous()
-    out = torch.empty(tokens, rank, dtype=torch.float32, device=x.device)
-    if tokens:
-        _shrink_kernel[(tokens,)](x, a, slots, out, inner, rank, x.stride(0), a.stride(0), a.stride(1),
-                                  out.stride(0), BLOCK_R=triton.next_power_of_2(rank), BLOCK_K=_BLOCK_K)
+    out = torch.empty(x.shape[0], rank, dtype=torch.float32, device=x.device)
+    if num_tiles:
+        _shrink_kernel[(num_tiles,)](x, a, order, tiles, out, inner, rank, x.stride(0), a.stride(0), a.stride(1),
+                                     out.stride(0), BLOCK_T=TILE_TOKENS, BLOCK_R=_block_r(rank), BLOCK_K=_BLOCK_K,
+                                     PRECISION=_precision(x))
     return out
 
 
-def lora_expand(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch.Tensor,
-                slots: torch.Tensor) -> torch.Tensor:
+def lora_expand(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, order: torch.Tensor,
+                tiles: torch.Tensor) -> torch.Tensor:
     """``y [T, N] += scale[slot] * xa [T, R] @ b[slot]^T`` in place (``b [S, N, R]``); returns ``y``."""
-    tokens, (_, outputs, rank) = y.shape[0], b.shape
+    (_, outputs, rank), num_tiles = b.shape, tiles.numel() // 3
     assert y.stride(-1) == 1, "y is updated in place and must have unit stride"
-    if tokens:
-        _expand_kernel[(tokens, triton.cdiv(outputs, _BLOCK_N))](
-            xa, b, scale, slots, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
-            BLOCK_R=triton.next_power_of_2(rank), BLOCK_N=_BLOCK_N)
+    if num_tiles:
+        _expand_kernel[(num_tiles, triton.cdiv(outputs, _BLOCK_N))](
+            xa, b, scale, order, tiles, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
+            BLOCK_T=TILE_TOKENS, BLOCK_R=_block_r(rank), BLOCK_N=_BLOCK_N, PRECISION=_precision(y))
     return y
 
 

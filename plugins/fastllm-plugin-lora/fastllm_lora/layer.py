@@ -7,12 +7,35 @@ its own rank columns. So a mixed batch costs two launches a layer whatever the a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 import torch.nn as nn
 
 from fastllm.attention.metadata import get_forward_context
 from fastllm.layers.fused import kernels_for
+from fastllm.platforms.transfer import to_device
 from fastllm_lora.checkpoint import ModuleDelta
+
+
+@dataclass
+class LoRABatch:
+    """One step's adapters: each token's slot (-1: base model) and, where the kernels run, the
+    tokens grouped by slot (``fastllm_kernels.lora.lora_tiles``)."""
+
+    slots: torch.Tensor  # [num_tokens] int32
+    order: Optional[torch.Tensor] = None
+    tiles: Optional[torch.Tensor] = None
+
+    @classmethod
+    def of(cls, slots: list[int], device: torch.device) -> "LoRABatch":
+        batch = cls(to_device(slots, torch.int32, device))
+        kernels = kernels_for(batch.slots)
+        if kernels is not None:
+            order, tiles = kernels.lora_tiles(slots)
+            batch.order, batch.tiles = (to_device(order, torch.int32, device), to_device(tiles, torch.int32, device))
+        return batch
 
 
 class LoRALinear(nn.Module):
@@ -46,15 +69,16 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
-        slots = get_forward_context().adapter_slots
-        if slots is None:
+        batch: Optional[LoRABatch] = get_forward_context().adapter_batch
+        if batch is None:
             return y
         rows, out = x.reshape(-1, x.shape[-1]), y.view(-1, y.shape[-1])
         kernels = kernels_for(x)
-        if kernels is not None:
-            kernels.lora_expand(out, kernels.lora_shrink(rows, self.lora_a, slots), self.lora_b, self.scale, slots)
+        if kernels is not None and batch.tiles is not None:
+            xa = kernels.lora_shrink(rows, self.lora_a, batch.order, batch.tiles)
+            kernels.lora_expand(out, xa, self.lora_b, self.scale, batch.order, batch.tiles)
         else:
-            self._add_torch(rows, out, slots)
+            self._add_torch(rows, out, batch.slots)
         return y
 
     def _add_torch(self, rows: torch.Tensor, out: torch.Tensor, slots: torch.Tensor) -> None:

@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Optional
 
-import torch
 import torch.nn as nn
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.input_processor import RequestError
-from fastllm.platforms.transfer import to_device
 from fastllm_lora.checkpoint import LoRAAdapter, read_adapter
-from fastllm_lora.layer import LoRALinear
+from fastllm_lora.layer import LoRABatch, LoRALinear
 from fastllm_lora.merge import merge_into_model
 from fastllm_lora.targets import projection_shapes, projections, shard_slices
 
@@ -72,7 +70,7 @@ class LoRAManager:
                 "known": [request.lora_name for request in self.known.values()]}
 
     # ---- one step ------------------------------------------------------------------------------
-    def token_slots(self, adapter_ids: list[int], num_tokens: list[int]) -> Optional[torch.Tensor]:
+    def prepare_step(self, adapter_ids: list[int], num_tokens: list[int]) -> Optional[LoRABatch]:
         if not any(adapter_ids):
             return None
         step = set(adapter_ids) - {0}
@@ -80,7 +78,7 @@ class LoRAManager:
         per_token: list[int] = []
         for adapter_id, count in zip(adapter_ids, num_tokens):
             per_token += [slot_of[adapter_id]] * count
-        return to_device(per_token, torch.int32, self.device)
+        return LoRABatch.of(per_token, self.device)
 
     def _activate(self, adapter_id: int, step: set[int]) -> int:
         """The device slot of ``adapter_id``, loading it over the least recent adapter not in ``step``."""

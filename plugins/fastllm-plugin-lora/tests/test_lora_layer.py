@@ -9,7 +9,7 @@ import fastllm.layers.fused as fused
 from fastllm.attention.metadata import ForwardContext, forward_context
 from fastllm.layers.linear import QKVParallelLinear
 from fastllm_lora.checkpoint import ModuleDelta
-from fastllm_lora.layer import LoRALinear
+from fastllm_lora.layer import LoRABatch, LoRALinear
 
 
 @pytest.mark.parametrize("triton_ops", ["0", "1"])
@@ -27,14 +27,16 @@ def test_fused_qkv_layer_adds_each_tokens_own_adapter(triton_ops, monkeypatch):
     for slot, delta in enumerate(deltas):
         layer.set_slot(slot, delta)
     x = torch.randn(5, 32)
-    slots = torch.tensor([1, -1, 0, 0, 1], dtype=torch.int32)
+    slots = [1, -1, 0, 0, 1]
+    batch = LoRABatch.of(slots, torch.device("cpu"))
+    assert (batch.tiles is not None) == (triton_ops == "1")
 
-    with forward_context(ForwardContext(None, [], None, slots)):
+    with forward_context(ForwardContext(None, [], None, batch)):
         y = layer(x)
 
     expected = x @ base.weight.T
     offsets = base.shard_slices()
-    for token, slot in enumerate(slots.tolist()):
+    for token, slot in enumerate(slots):
         for shard, delta in (deltas[slot] if slot >= 0 else {}).items():
             offset, size = offsets[shard]
             expected[token, offset:offset + size] += delta.scaling * (x[token] @ delta.a.T) @ delta.b.T
