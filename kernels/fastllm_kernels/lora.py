@@ -36,13 +36,20 @@ def lora_tiles(slots: list[int], tile: int = TILE_TOKENS) -> tuple[list[int], li
 
 
 @triton.jit
-def _shrink_kernel(x_ptr, a_ptr, order_ptr, tiles_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
-                   BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def _tile(order_ptr, tiles_ptr, BLOCK_T: tl.constexpr):
+    """This program's tile: its length, its slot, row numbers and the tokens at them."""
     tile = tl.program_id(0)
     start, length = tl.load(tiles_ptr + 3 * tile), tl.load(tiles_ptr + 3 * tile + 1)
     slot = tl.load(tiles_ptr + 3 * tile + 2).to(tl.int64)
     rows = tl.arange(0, BLOCK_T)
     tokens = tl.load(order_ptr + start + rows, mask=rows < length, other=0).to(tl.int64)
+    return length, slot, rows, tokens
+
+
+@triton.jit
+def _shrink_kernel(x_ptr, a_ptr, order_ptr, tiles_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
+                   BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    length, slot, rows, tokens = _tile(order_ptr, tiles_ptr, BLOCK_T)
     ranks = tl.arange(0, BLOCK_R)
     acc = tl.zeros((BLOCK_T, BLOCK_R), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -60,11 +67,7 @@ def _shrink_kernel(x_ptr, a_ptr, order_ptr, tiles_ptr, out_ptr, K, R, stride_x, 
 def _expand_kernel(xa_ptr, b_ptr, scale_ptr, order_ptr, tiles_ptr, y_ptr, N, R, stride_xa, stride_bs, stride_bn,
                    stride_y, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
                    PRECISION: tl.constexpr):
-    tile = tl.program_id(0)
-    start, length = tl.load(tiles_ptr + 3 * tile), tl.load(tiles_ptr + 3 * tile + 1)
-    slot = tl.load(tiles_ptr + 3 * tile + 2).to(tl.int64)
-    rows = tl.arange(0, BLOCK_T)
-    tokens = tl.load(order_ptr + start + rows, mask=rows < length, other=0).to(tl.int64)
+    length, slot, rows, tokens = _tile(order_ptr, tiles_ptr, BLOCK_T)
     ranks = tl.arange(0, BLOCK_R)
     outputs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     xa = tl.load(xa_ptr + tokens[:, None] * stride_xa + ranks[None, :],

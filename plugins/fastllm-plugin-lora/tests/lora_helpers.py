@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 from peft import LoraConfig
 from safetensors.torch import save_file
 
+# name -> (rank, targets, alpha, rsLoRA): different ranks, target sets and scalings.
+ADAPTERS = {
+    "qv8": (8, ["q_proj", "v_proj"], 16, False),
+    "all16": (16, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 32, True),
+    "mlp4": (4, ["o_proj", "gate_proj", "up_proj", "down_proj"], 8, False),
+}
 PROJECTIONS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
                "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 
@@ -40,3 +47,13 @@ def write_adapter(path: str, hf_config, rank: int, targets: list[str], seed: int
                task_type="CAUSAL_LM").save_pretrained(path)
     save_file(tensors, os.path.join(path, "adapter_model.safetensors"))
     return path
+
+
+def peft_greedy(model, adapter: str | None, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """PEFT's greedy tokens with ``adapter`` active, or the base model's for None."""
+    if adapter is not None:
+        model.set_adapter(adapter)
+    with torch.inference_mode(), (model.disable_adapter() if adapter is None else contextlib.nullcontext()):
+        out = model.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=2)
+    return out[0, len(prompt_ids):].tolist()

@@ -10,7 +10,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
 from tests.server.conftest import start_server
 
-from conftest import peft_greedy
+from lora_helpers import peft_greedy
 
 KEY = "secret"
 PROMPT = "The capital of France is"
@@ -38,8 +38,8 @@ def _completion(client, model: str) -> str:
     return client.completions.create(model=model, prompt=PROMPT, max_tokens=6, temperature=0).choices[0].text
 
 
-def test_adapters_are_served_by_name(server, peft_model, hf_base, adapter_paths):
-    client, tokenizer = server.client(KEY), hf_base[1]
+def test_adapters_are_served_by_name(server, peft_model, hf_smollm2, adapter_paths):
+    client, tokenizer = server.client(KEY), hf_smollm2[1]
     ids = tokenizer(PROMPT)["input_ids"]
     cards = {card.id: card for card in client.models.list().data}
     assert cards["qv8"].parent == "smol" and cards["qv8"].root == adapter_paths["qv8"]
@@ -56,8 +56,8 @@ def test_adapters_are_served_by_name(server, peft_model, hf_base, adapter_paths)
     assert "fastllm:lora_time_e2e_requests_count 1.0" in metrics
 
 
-def test_runtime_load_and_unload(server, peft_model, hf_base, adapter_paths, engine):
-    client, tokenizer = server.client(KEY), hf_base[1]
+def test_runtime_load_and_unload(server, peft_model, hf_smollm2, adapter_paths, engine):
+    client, tokenizer = server.client(KEY), hf_smollm2[1]
     body = {"lora_name": "mlp4", "lora_path": adapter_paths["mlp4"]}
     assert server.post("/v1/load_lora_adapter", json=body).status_code == 401  # no API key
     auth = {"Authorization": f"Bearer {KEY}"}

@@ -12,8 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from fastllm import LLM, LoRARequest, SamplingParams
 
-from conftest import ADAPTERS, peft_greedy
-from lora_helpers import write_adapter
+from lora_helpers import ADAPTERS, peft_greedy, write_adapter
 
 MAX_TOKENS = 6
 PROMPTS = [
@@ -35,8 +34,8 @@ def requests(adapter_paths) -> dict[str, LoRARequest]:
     return {name: LoRARequest(name, i + 1, adapter_paths[name]) for i, name in enumerate(ADAPTERS)}
 
 
-def test_mixed_batch_matches_peft(llm, requests, peft_model, hf_base):
-    tokenizer = hf_base[1]
+def test_mixed_batch_matches_peft(llm, requests, peft_model, hf_smollm2):
+    tokenizer = hf_smollm2[1]
     cases = [(prompt, adapter) for prompt in PROMPTS for adapter in [None, *ADAPTERS]]
     outputs = llm.generate([prompt for prompt, _ in cases], SamplingParams(max_tokens=MAX_TOKENS, temperature=0),
                            lora_request=[requests[a] if a else None for _, a in cases], use_tqdm=False)
@@ -49,9 +48,9 @@ def test_mixed_batch_matches_peft(llm, requests, peft_model, hf_base):
         assert len({tuple(got[(prompt, a)]) for a in [None, *ADAPTERS]}) > 2
 
 
-def test_prefix_cache_is_shared_by_one_adapter_only(llm, requests, hf_base):
+def test_prefix_cache_is_shared_by_one_adapter_only(llm, requests, hf_smollm2):
     prompt = "A prompt long enough to fill two cache blocks of sixteen tokens each, " * 3
-    full_blocks = (len(hf_base[1](prompt)["input_ids"]) - 1) // 16
+    full_blocks = (len(hf_smollm2[1](prompt)["input_ids"]) - 1) // 16
     params = SamplingParams(max_tokens=2, temperature=0)
     qv8, all16 = requests["qv8"], requests["all16"]
 
@@ -80,8 +79,8 @@ def _broken(path, hf_config, kind: str) -> str:
     return path
 
 
-def test_a_bad_adapter_fails_only_its_request(llm, requests, tmp_path, hf_base):
-    config = hf_base[0].config
+def test_a_bad_adapter_fails_only_its_request(llm, requests, tmp_path, hf_smollm2):
+    config = hf_smollm2[0].config
     bad = {"missing": str(tmp_path / "nowhere"), **{kind: _broken(str(tmp_path / kind), config, kind)
                                                     for kind in ("rank", "module", "shape")}}
     lora = [requests["qv8"]] + [LoRARequest(kind, 100 + i, path) for i, (kind, path) in enumerate(bad.items())]

@@ -14,8 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from fastllm import LLM, LoRARequest, SamplingParams, registry
 from fastllm.entrypoints.cli.main import main
 
-from conftest import peft_greedy
-from lora_helpers import write_adapter
+from lora_helpers import peft_greedy, write_adapter
 
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
