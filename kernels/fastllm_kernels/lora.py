@@ -11,6 +11,8 @@ of the base model (slot -1) are in no tile: their rows of ``y`` are left as they
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -81,9 +83,9 @@ def _expand_kernel(xa_ptr, b_ptr, scale_ptr, order_ptr, tiles_ptr, y_ptr, N, R, 
     tl.store(y_rows, (y + delta).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def _precision(x: torch.Tensor) -> str:
-    """float32 stays float32 (no tf32 rounding); half types run on the tensor cores anyway."""
-    return "ieee" if x.dtype == torch.float32 else "tf32"
+def _precision(x: torch.Tensor) -> Optional[str]:
+    """float32 stays float32 (no tf32 rounding); half types take tl.dot's default."""
+    return "ieee" if x.dtype == torch.float32 else None
 
 
 def _block_r(rank: int) -> int:
