@@ -102,7 +102,6 @@ def main() -> None:
            for i in range(args.num_prompts)]
     throughput(lora, prompts[:32], 16, mix[:32])  # warm-up: loads every adapter, compiles the kernels
     results["lora_mix_tokens_per_s"] = throughput(lora, prompts, args.output_len, mix)
-    results["lora_engine_base_only_tokens_per_s"] = throughput(lora, prompts, args.output_len, None)
     results["lora_decode_tokens_per_s"] = decode_rate(lora, prompts[0], args.decode_len, adapters[0])
     results["lora_engine_base_decode_tokens_per_s"] = decode_rate(lora, prompts[0], args.decode_len, None)
     print(json.dumps(results), flush=True)
