@@ -80,8 +80,12 @@ class _Call:
 
     def settle(self, result: Any = None, error: Optional[BaseException] = None) -> None:
         def settle_now() -> None:
-            if not self.future.done():
-                self.future.set_exception(error) if error is not None else self.future.set_result(result)
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
         if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(settle_now)
 
