@@ -46,6 +46,13 @@ class EngineConfig(BaseModel):
     speculative_config: Optional[dict[str, Any]] = None
     structured_output_backend: str = "xgrammar"
     hf_overrides: dict[str, Any] = Field(default_factory=dict)
+    # Adapters (served by the plugin registered as ``adapter_managers: lora``): how many distinct
+    # adapters one step may run (device slots), their largest rank, and how many stay on the host.
+    enable_lora: bool = False
+    max_loras: int = Field(1, ge=1)
+    max_lora_rank: int = Field(16, ge=1)
+    max_cpu_loras: Optional[int] = Field(None, ge=1)  # None: max_loras
+    merge_lora: Optional[str] = None  # a PEFT adapter directory merged into the weights at load
 
     @model_validator(mode="after")
     def _block_size_power_of_two(self) -> "EngineConfig":

@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence, Union
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
@@ -68,14 +69,17 @@ class LLM:
         self.shutdown()
 
     def generate(self, prompts: Any, sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None,
-                 use_tqdm: bool = True, *, chat_template_kwargs: Optional[dict[str, Any]] = None
+                 use_tqdm: bool = True, *, chat_template_kwargs: Optional[dict[str, Any]] = None,
+                 lora_request: Union[LoRARequest, Sequence[Optional[LoRARequest]], None] = None
                  ) -> list[RequestOutput]:
-        """One RequestOutput per prompt, in order; a bad request carries error_code/error_msg."""
+        """One RequestOutput per prompt, in order; a bad request carries error_code/error_msg.
+        ``lora_request``: one adapter for every prompt, or a list with one (or None) per prompt."""
         prompt_list = _as_prompt_list(prompts)
         params_list = self._params_per_prompt(sampling_params, len(prompt_list))
+        adapters = self._per_prompt(lora_request, LoRARequest, len(prompt_list), "lora_request")
         results: dict[str, RequestOutput] = {}
         order = []
-        for prompt, params in zip(prompt_list, params_list):
+        for prompt, params, adapter in zip(prompt_list, params_list, adapters):
             request_id = str(next(self._ids))
             order.append(request_id)
             text, token_ids = self._split_prompt(prompt)
@@ -83,7 +87,8 @@ class LLM:
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
-                                        chat_template_kwargs=chat_template_kwargs, final_output_only=True)
+                                        chat_template_kwargs=chat_template_kwargs, final_output_only=True,
+                                        lora_request=adapter)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)
@@ -100,7 +105,8 @@ class LLM:
     def chat(self, messages: Union[list[dict[str, Any]], list[list[dict[str, Any]]]],
              sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None, use_tqdm: bool = True,
              chat_template_kwargs: Optional[dict[str, Any]] = None, tools: Optional[list[dict]] = None,
-             chat_template: Optional[str] = None) -> list[RequestOutput]:
+             chat_template: Optional[str] = None,
+             lora_request: Union[LoRARequest, Sequence[Optional[LoRARequest]], None] = None) -> list[RequestOutput]:
         """Render each conversation with the model's chat template, then generate.
 
         With ``tools`` and a tool parser (``tool_call_parser=`` or the one the matched template
@@ -123,7 +129,8 @@ class LLM:
         params = [self._with_updates(p, update) for p in self._params_per_prompt(sampling_params, len(prompts))]
         token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
                          for p in prompts]
-        outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs)
+        outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs,
+                                lora_request=lora_request)
         if parser is not None:
             split_tool_calls(outputs, parser)
         return outputs
@@ -138,16 +145,21 @@ class LLM:
         extra = update.get("stop_token_ids", [])
         return params.model_copy(update={**update, "stop_token_ids": list(params.stop_token_ids) + extra})
 
-    @staticmethod
-    def _params_per_prompt(params: Any, count: int) -> list[ParamsType]:
+    @classmethod
+    def _params_per_prompt(cls, params: Any, count: int) -> list[ParamsType]:
         if params is None:
             return [SamplingParams() for _ in range(count)]
-        if isinstance(params, (SamplingParams, dict)):
-            return [params] * count
-        params = list(params)
-        if len(params) != count:
-            raise ValueError(f"got {len(params)} sampling_params for {count} prompts")
-        return params
+        return cls._per_prompt(params, (SamplingParams, dict), count, "sampling_params")
+
+    @staticmethod
+    def _per_prompt(value: Any, single: Any, count: int, what: str) -> list[Any]:
+        """``value`` for every prompt when it is one ``single``; else a list of one per prompt."""
+        if value is None or isinstance(value, single):
+            return [value] * count
+        value = list(value)
+        if len(value) != count:
+            raise ValueError(f"got {len(value)} {what} for {count} prompts")
+        return value
 
     @staticmethod
     def _split_prompt(prompt: PromptType) -> tuple[Optional[str], Optional[list[int]]]:

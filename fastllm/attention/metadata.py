@@ -37,6 +37,7 @@ class ForwardContext:
     attn_metadata: AttentionMetadata
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     backend: Any
+    adapter_batch: Any = None  # what the adapter manager prepared for this step (per-token adapter slots)
 
 
 _context: Optional[ForwardContext] = None

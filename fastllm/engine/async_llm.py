@@ -15,8 +15,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
+from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.engine.request_state import RequestState
@@ -42,6 +43,7 @@ class EngineStats:
     num_preemptions: int = 0
     spec_num_draft_tokens: int = 0
     spec_num_accepted_tokens: int = 0
+    num_running_adapters: int = 0  # distinct adapters among the running requests
 
 
 @dataclass
@@ -65,6 +67,27 @@ class _Add:
     arrival_time: float
     chat_template_kwargs: Optional[dict[str, Any]]
     stream: _Stream
+    lora_request: Optional[LoRARequest] = None
+
+
+@dataclass
+class _Call:
+    """Run ``fn(engine)`` on the engine thread (adapter loads): nothing else touches the engine."""
+
+    fn: Callable[[LLMEngine], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+    def settle(self, result: Any = None, error: Optional[BaseException] = None) -> None:
+        def settle_now() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(settle_now)
 
 
 @dataclass
@@ -88,7 +111,7 @@ class AsyncLLM:
         self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
                                  num_free_blocks=self.engine.kv_cache.num_free_blocks)
         self.dead_error: Optional[BaseException] = None
-        self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Add | _Abort | _Call | None] = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}
         self._stopping = False
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
@@ -105,14 +128,15 @@ class AsyncLLM:
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                        params: SamplingParams,
-                       chat_template_kwargs: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
+                       chat_template_kwargs: Optional[dict[str, Any]] = None,
+                       lora_request: Optional[LoRARequest] = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's latest output until it finishes; raises RequestError for bad input."""
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
             self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream))
+                                 chat_template_kwargs, stream, lora_request))
         finished = False
         try:
             while not finished:
@@ -130,6 +154,16 @@ class AsyncLLM:
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(_Abort(request_id))
+
+    async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
+        """``fn(engine)`` run between two steps on the engine thread; its result or its exception."""
+        loop = asyncio.get_running_loop()
+        item = _Call(fn, loop, loop.create_future())
+        with self._lock:
+            if self._closed or self._stopping or self.dead_error is not None:
+                raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
+            self._inbox.put(item)
+        return await item.future
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Refuse new requests, let running ones finish for up to ``timeout`` s, abort the rest."""
@@ -160,6 +194,8 @@ class AsyncLLM:
             item = self._inbox.get_nowait()
             if isinstance(item, _Add):
                 item.stream.put(error)
+            elif isinstance(item, _Call):
+                item.settle(error=error)
         for stream in self._streams.values():
             stream.put(error)
         self._streams.clear()
@@ -171,9 +207,17 @@ class AsyncLLM:
                 self._add(item)
             elif isinstance(item, _Abort):
                 self._abort(item)
+            elif isinstance(item, _Call):
+                self._call(item)
             item = self._next_nowait()
 
-    def _next_nowait(self) -> _Add | _Abort | None:
+    def _call(self, item: _Call) -> None:
+        try:
+            item.settle(item.fn(self.engine))
+        except Exception as exc:  # the caller's error (a bad adapter); the engine is unchanged
+            item.settle(error=exc)
+
+    def _next_nowait(self) -> _Add | _Abort | _Call | None:
         try:
             return self._inbox.get_nowait()
         except queue.Empty:
@@ -182,7 +226,7 @@ class AsyncLLM:
     def _add(self, item: _Add) -> None:
         try:
             self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
-                                    item.arrival_time, item.chat_template_kwargs)
+                                    item.arrival_time, item.chat_template_kwargs, lora_request=item.lora_request)
         except Exception as exc:  # RequestError for bad input; anything else fails this request only
             if not isinstance(exc, ValueError):
                 logger.exception("adding request %s failed", item.request_id)
@@ -227,4 +271,5 @@ class AsyncLLM:
             num_requests_waiting=len({seq.request_id for seq in scheduler.waiting}),
             kv_cache_usage=kv_cache.usage(), num_free_blocks=kv_cache.num_free_blocks,
             num_usable_blocks=kv_cache.pool.num_usable_blocks, num_preemptions=scheduler.num_preemptions,
-            spec_num_draft_tokens=self._spec_retired[0], spec_num_accepted_tokens=self._spec_retired[1])
+            spec_num_draft_tokens=self._spec_retired[0], spec_num_accepted_tokens=self._spec_retired[1],
+            num_running_adapters=len({seq.adapter_id for seq in scheduler.running} - {0}))

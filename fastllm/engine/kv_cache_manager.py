@@ -35,7 +35,7 @@ class KVCacheManager:
         tokens = seq.token_ids
         size = self.block_size
         for i in range(len(seq.block_hashes), num_tokens // size):
-            parent = seq.block_hashes[-1] if seq.block_hashes else b""
+            parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_salt
             seq.block_hashes.append(hash_block(parent, tokens[i * size:(i + 1) * size]))
 
     def match_prefix(self, seq: Sequence) -> list[Block]:

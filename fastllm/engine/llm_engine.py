@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from fastllm import registry
+from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import new_detokenizer
 from fastllm.engine.grammars import advance_grammars
@@ -77,6 +78,8 @@ class LLMEngine:
             checkpoint_dtype = getattr(torch, checkpoint_dtype, None)
         self.dtype = self.platform.resolve_dtype(config.dtype, checkpoint_dtype)
         self.structured_output = self._structured_output_backend()
+        if config.enable_lora and config.tensor_parallel_size > 1:
+            raise ValueError("enable_lora does not support tensor_parallel_size > 1 yet")
         self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype,
                                       self.structured_output)
         num_blocks = self._num_kv_blocks()
@@ -86,7 +89,8 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self._fit_model_len_to_cache()
         self.scheduler = Scheduler(self.kv_cache, config.max_num_seqs, self.max_num_batched_tokens,
-                                   config.enable_chunked_prefill, config.kv_cache_ratio)
+                                   config.enable_chunked_prefill, config.kv_cache_ratio,
+                                   config.max_loras if config.enable_lora else None)
         self.eos_token_ids = self._eos_token_ids()
         self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
         self.speculator = self._speculative_decoder()
@@ -147,7 +151,8 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
-                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False) -> None:
+                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
+                    lora_request: Optional[LoRARequest] = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
         ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
         generation), instead of after every step that advanced it (streaming)."""
@@ -156,6 +161,7 @@ class LLMEngine:
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
         self.inputs.validate(prompt_token_ids, params)
+        adapter_id, cache_salt = self._adapter_of(lora_request)
         bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
         compiled = None
         if params.guided_decoding is not None:
@@ -169,7 +175,8 @@ class LLMEngine:
         samples = []
         for index in range(params.n):
             seq = Sequence(request_id, index, list(prompt_token_ids), params, self.eos_token_ids,
-                           self.max_model_len, bad_words_token_ids=bad_words)
+                           self.max_model_len, bad_words_token_ids=bad_words, adapter_id=adapter_id,
+                           cache_salt=cache_salt)
             if params.seed is not None:
                 seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
                 seq.seed = params.seed + index
@@ -188,6 +195,27 @@ class LLMEngine:
             if self.speculator is not None:
                 self.speculator.on_prompt(sample.seq)
             self.scheduler.add(sample.seq)
+
+    def add_adapter(self, lora_request: LoRARequest) -> None:
+        """Check and load an adapter ahead of its requests; RequestError when it cannot be served."""
+        self._adapter_of(lora_request)
+
+    def remove_adapter(self, adapter_id: int) -> bool:
+        """Forget an adapter no request is using; False when it was not loaded."""
+        if not self.config.enable_lora:
+            return False
+        if any(seq.adapter_id == adapter_id for seq in [*self.scheduler.running, *self.scheduler.waiting]):
+            raise RequestError(f"LoRA adapter {adapter_id} still has requests in flight")
+        return self.runner.adapters.remove(adapter_id)
+
+    def _adapter_of(self, lora_request: Optional[LoRARequest]) -> tuple[int, bytes]:
+        """The adapter id and prefix-cache salt of a request; the adapter is checked and loaded."""
+        if lora_request is None:
+            return 0, b""
+        if not self.config.enable_lora:
+            raise RequestError("this engine serves no adapters: start it with enable_lora=True")
+        self.runner.adapters.add(lora_request)
+        return lora_request.lora_int_id, lora_request.cache_salt
 
     def abort_request(self, request_id: str) -> Optional[RequestOutput]:
         state = self.requests.pop(request_id, None)

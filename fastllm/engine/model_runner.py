@@ -64,7 +64,14 @@ class ModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self.model.eval()
+        self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
+        if config.merge_lora:
+            registry.get("adapter_managers", "lora").merge(self.model, config.merge_lora)
+        # The adapter manager wraps the loaded (and quantized) layers; it reads each step's slots.
+        with use_kernels(kernels):
+            self.adapters = (registry.get("adapter_managers", "lora")(self.model, config)
+                             if config.enable_lora else None)
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
 
@@ -128,8 +135,9 @@ class ModelRunner:
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
-        """Unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
-        return (not self.config.enforce_eager and tp_size() == 1
+        """Unless ``enforce_eager``; the backend must be capturable; one rank only and no
+        adapters for now (their per-token slots are not a captured input)."""
+        return (not self.config.enforce_eager and tp_size() == 1 and self.adapters is None
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
@@ -149,6 +157,9 @@ class ModelRunner:
         penalties) see its tokens while the device computes this step's logits.
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
+        if self.adapters is not None:
+            self.adapter_batch = self.adapters.prepare_step([item.seq.adapter_id for item in inputs.order],
+                                                            inputs.attn_metadata.query_lens_cpu)
         hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
@@ -168,7 +179,7 @@ class ModelRunner:
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                        attn_metadata: AttentionMetadata) -> torch.Tensor:
-        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend)):
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_batch)):
             return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.sequence import Sequence, SequenceStatus
@@ -45,8 +46,10 @@ class Scheduler:
     """
 
     def __init__(self, kv_cache: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_chunked_prefill: bool = True, kv_cache_ratio: float = 1.0):
+                 enable_chunked_prefill: bool = True, kv_cache_ratio: float = 1.0,
+                 max_adapters_per_step: Optional[int] = None):
         self.kv_cache = kv_cache
+        self.max_adapters_per_step = max_adapters_per_step
         self.kv_cache_ratio = kv_cache_ratio
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -62,9 +65,12 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         scheduled_running: list[Sequence] = []
+        adapters: set[int] = set()
         queue = deque(seq for seq in self.running if not seq.finishes_with_pending)
         while queue and budget > 0:
             seq = queue.popleft()
+            if not self._adapter_fits(seq, adapters):
+                continue  # it keeps its blocks and runs once its adapter's turn comes
             drafts = len(seq.draft_token_ids)
             wanted = seq.num_tokens + seq.num_pending_tokens + drafts - seq.num_computed_tokens
             if wanted > budget and drafts:
@@ -83,19 +89,28 @@ class Scheduler:
                     break
             else:
                 scheduled_running.append(seq)
+                adapters.add(seq.adapter_id)
                 out.scheduled.append(ScheduledSequence(seq, num_new, drafts if num_new == wanted else 0))
                 budget -= num_new
         scheduled_ids = {seq.seq_id for seq in scheduled_running}
         self.running = scheduled_running + [s for s in self.running if s.seq_id not in scheduled_ids
                                             and s.status is SequenceStatus.RUNNING]
         if not out.preempted:
-            self._admit_waiting(out, budget)
+            self._admit_waiting(out, budget, adapters)
         return out
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _adapter_fits(self, seq: Sequence, adapters: set[int]) -> bool:
+        """At most ``max_adapters_per_step`` distinct adapters (the device slots) run in one step."""
+        if not seq.adapter_id or self.max_adapters_per_step is None or seq.adapter_id in adapters:
+            return True
+        return len(adapters - {0}) < self.max_adapters_per_step
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, adapters: set[int]) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.num_pending_tokens:  # preempted while its token was in flight: recompute once it is read
+                break
+            if not self._adapter_fits(seq, adapters):
                 break
             cached = self.kv_cache.match_prefix(seq) if seq.num_computed_tokens == 0 else []
             cached_tokens = len(cached) * self.kv_cache.block_size
@@ -114,6 +129,7 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             out.scheduled.append(ScheduledSequence(seq, num_new))
+            adapters.add(seq.adapter_id)
             budget -= num_new
 
     def _prompt_fits_ratio(self, seq: Sequence, num_cached_blocks: int) -> bool:

@@ -58,6 +58,8 @@ class Sequence:
     stop_reason: Optional[int | str] = None
     structured_state: Any = None
     spec_state: Any = None
+    adapter_id: int = 0  # 0: the base model; else the id an adapter manager serves
+    cache_salt: bytes = b""  # keys its prefix-cache blocks apart from other adapters'
 
     @property
     def token_ids(self) -> list[int]:

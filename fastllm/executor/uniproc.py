@@ -21,6 +21,7 @@ class UniprocExecutor:
                                "so the layers would shard over it: shut the tensor-parallel LLM down "
                                "before building a single-process one")
         self.runner = ModelRunner(config, hf_config, platform, loader, dtype, structured_output)
+        self.adapters = self.runner.adapters
         self.overlaps_steps = platform.overlaps_steps
 
     def launch(self, scheduled: list[ScheduledSequence],

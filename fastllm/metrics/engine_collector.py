@@ -24,6 +24,8 @@ class EngineStatsCollector(Collector):
                                 stats.num_requests_waiting)
         yield GaugeMetricFamily("fastllm:kv_cache_usage_perc",
                                 "Fraction of KV-cache blocks in use (1 means 100 percent).", stats.kv_cache_usage)
+        yield GaugeMetricFamily("fastllm:lora_count", "Number of LoRA adapters in the running batch.",
+                                stats.num_running_adapters)
         yield CounterMetricFamily("fastllm:num_preemptions", "Cumulative number of preemption from the engine.",
                                   stats.num_preemptions)
         yield CounterMetricFamily("fastllm:spec_decode_num_draft_tokens",

@@ -7,7 +7,9 @@ histograms and ``request_success_total`` count engine requests (one per prompt).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Optional
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from fastllm.outputs import RequestOutput
 
@@ -31,8 +33,7 @@ def token_buckets(max_model_len: int) -> list[int]:
 class ServingMetrics:
     """The server's own metrics on ``registry``.
 
-    LoRA adapters are refused at start-up, so the two LoRA series stay at zero; they
-    exist so that dashboards built for the AIAK table find every name.
+    ``fastllm:lora_count`` (adapters in the running batch) is an engine gauge (EngineStatsCollector).
     """
 
     def __init__(self, registry: CollectorRegistry, max_model_len: int):
@@ -70,9 +71,11 @@ class ServingMetrics:
                                            registry=registry)
         self.generation_tokens_total = Counter("fastllm:generation_tokens_total",
                                                "Number of generation tokens processed.", registry=registry)
-        Gauge("fastllm:lora_count", "Total number of LoRA model requests.", registry=registry)
-        Histogram("fastllm:lora_time_e2e_requests", "Total request time for the LoRA model.",
-                  buckets=LATENCY_BUCKETS, registry=registry)
+        self.lora_e2e_latency = Histogram("fastllm:lora_time_e2e_requests",
+                                          "Total request time for the LoRA model.", buckets=LATENCY_BUCKETS,
+                                          registry=registry)
+        self.lora_requests = Counter("fastllm:lora_requests_total", "Finished engine requests per LoRA adapter.",
+                                     ["lora_name"], registry=registry)
 
     def on_received(self) -> None:
         self.request_total.inc()
@@ -84,9 +87,13 @@ class ServingMetrics:
         """An engine request ended before finishing (client gone, shutdown timeout): vLLM's ``abort`` reason."""
         self.success.labels(finished_reason="abort").inc()
 
-    def on_engine_request_finished(self, output: RequestOutput) -> None:
+    def on_engine_request_finished(self, output: RequestOutput, lora_name: Optional[str] = None) -> None:
         """Record one finished engine request from the timestamps the engine kept."""
         metrics = output.metrics
+        if lora_name is not None:
+            self.lora_requests.labels(lora_name=lora_name).inc()
+            if metrics.finished_time is not None:
+                self.lora_e2e_latency.observe(metrics.finished_time - metrics.arrival_time)
         generated = sum(len(c.token_ids) for c in output.completions)
         for completion in output.completions:
             self.success.labels(finished_reason=completion.finish_reason or "abort").inc()

@@ -119,3 +119,18 @@ def engine_args_to_config(args: argparse.Namespace) -> Optional[dict[str, Any]]:
     """``EngineConfig`` fields from the plugin's flags (or its documented environment variables),
     or None; a field the user set through a core flag wins."""
 
+
+@hookspec
+def register_adapter_managers() -> Factories:
+    """Per-request adapter servers keyed by kind (``lora``, for ``enable_lora=True``).
+
+    A class is built as ``cls(model, engine_config)`` after the weights are loaded (and
+    quantized); it may wrap the model's linear layers, and follows
+    ``fastllm.adapters.AdapterManager``.
+    """
+
+
+@hookspec
+def register_cli_commands() -> Factories:
+    """``fastllm`` subcommands a plugin adds, keyed by name; each factory is a
+    ``register(subparsers)`` like the built-in command modules'."""

@@ -18,6 +18,8 @@ KINDS: tuple[str, ...] = (
     "speculative_decoders",
     "structured_output_backends",
     "chat_templates",
+    "adapter_managers",
+    "cli_commands",
 )
 
 BUILTIN_DISTRIBUTION = "fastllm"

@@ -61,3 +61,16 @@ def test_different_prefixes_do_not_hit():
     kv.cache_computed_blocks(seq)
     assert len(kv.match_prefix(_seq([1, 2, 7, 4, 5]))) == 1
     assert kv.match_prefix(_seq([7, 2, 3, 4, 5])) == []
+
+
+def test_a_cache_salt_keeps_adapters_apart_and_shares_within_one():
+    kv = KVCacheManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
+    first = _seq(list(range(12)))
+    first.cache_salt = b"adapter:1"
+    assert kv.allocate(first, 12)
+    first.num_computed_tokens = 12
+    kv.cache_computed_blocks(first)
+    for salt, hits in [(b"", 0), (b"adapter:2", 0), (b"adapter:1", 2)]:
+        seq = _seq(list(range(12)))
+        seq.cache_salt = salt
+        assert len(kv.match_prefix(seq)) == hits

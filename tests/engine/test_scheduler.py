@@ -68,3 +68,26 @@ def test_kv_cache_ratio_keeps_room_for_running_sequences():
     out = scheduler.schedule()  # first: 3 blocks; second: 3 + 1 <= 4; third: 4 + 1 > 4 waits
     assert [s.seq.request_id for s in out.scheduled] == ["first", "second"]
     assert list(scheduler.waiting) == [third]
+
+
+def test_a_step_runs_at_most_max_adapters_per_step_distinct_adapters():
+    scheduler = Scheduler(KVCacheManager(64, 4, False), max_num_seqs=8, max_num_batched_tokens=100,
+                          max_adapters_per_step=2)
+    seqs = [_seq(3, name) for name in "abcde"]
+    for seq, adapter in zip(seqs, [1, 0, 2, 3, 1]):
+        seq.adapter_id = adapter
+        scheduler.add(seq)
+    steps = []
+    for _ in range(3):
+        out = scheduler.schedule()
+        steps.append(sorted(s.seq.request_id for s in out.scheduled))
+        scheduler.update(out.scheduled)
+        for item in out.scheduled:
+            item.seq.append_token(7)
+    # admission stops at the third adapter (FCFS); running sequences beyond the cap wait a step
+    assert steps[0] == ["a", "b", "c"]
+    assert steps[1] == ["a", "b", "c"] and len(scheduler.running) == 3
+    for seq in seqs[:3]:
+        scheduler.finish(seq)
+    out = scheduler.schedule()
+    assert sorted(s.seq.request_id for s in out.scheduled) == ["d", "e"]

@@ -70,6 +70,13 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--chat-template", default=None)
     parser.add_argument("--attention-backend", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--enable-lora", action="store_true", default=None,
+                        help="serve LoRA adapters per request (fastllm-plugin-lora)")
+    parser.add_argument("--max-loras", type=int, default=None, help="distinct adapters in one step")
+    parser.add_argument("--max-lora-rank", type=int, default=None)
+    parser.add_argument("--max-cpu-loras", type=int, default=None, help="adapters kept on the host")
+    parser.add_argument("--merge-lora", default=None, metavar="ADAPTER",
+                        help="merge this PEFT LoRA adapter into the weights at load")
     parser.add_argument("--hf-overrides", type=json.loads, default=None,
                         help='JSON of config fields to override, e.g. \'{"vocab_size": 49152}\' for a '
                              "dummy-weight model served with another model's tokenizer")

@@ -7,6 +7,8 @@ import importlib
 import logging
 import sys
 
+from fastllm import registry
+
 SUBCOMMANDS = (
     "fastllm.entrypoints.cli.generate",
     "fastllm.entrypoints.cli.chat",
@@ -22,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         importlib.import_module(module).register(subparsers)
+    for entry in registry.entries("cli_commands").values():
+        entry.factory(subparsers)
     return parser
 
 

@@ -8,6 +8,7 @@ fastllm would do differently are accepted with a log line.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 from typing import Any, Callable
@@ -23,7 +24,6 @@ logger = logging.getLogger("fastllm")
 
 # dest -> (is the value something we cannot do?, why)
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "lora_modules": (lambda v: v is not None, "LoRA adapters are not supported"),
     "pipeline_parallel_size": (lambda v: v not in (None, 1),
                                "pipeline parallelism is not supported; use --tensor-parallel-size"),
     "num_scheduler_steps": (lambda v: v not in (None, 1), "multi-step scheduling is not supported"),
@@ -66,7 +66,8 @@ def check_plugins(config: EngineConfig) -> None:
     """Fail on an unknown plugin name now, not after the weights are loaded."""
     wanted = [("quantizers", config.quantization), ("tool_parsers", config.tool_call_parser),
               ("reasoning_parsers", config.reasoning_parser),
-              ("speculative_decoders", (config.speculative_config or {}).get("method"))]
+              ("speculative_decoders", (config.speculative_config or {}).get("method")),
+              ("adapter_managers", "lora" if config.enable_lora else None)]
     for kind, name in wanted:
         if name:
             registry.get(kind, name)
@@ -81,9 +82,29 @@ def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfi
                             enable_auto_tool_choice=bool(args.enable_auto_tool_choice),
                             max_waiting_requests=args.max_waiting_requests,
                             max_request_body_bytes=args.max_request_body_bytes,
+                            lora_modules=lora_modules(args.lora_modules or []),
+                            allow_runtime_lora_updating=bool(args.allow_runtime_lora_updating),
                             shutdown_timeout=args.shutdown_timeout)
     except ValidationError as exc:
         raise invalid_settings(exc) from None
+
+
+def lora_modules(specs: list[str]) -> dict[str, str]:
+    """``name=path`` or ``{"name": ..., "path": ...}`` per adapter -> name -> path."""
+    modules = {}
+    for spec in specs:
+        if spec.lstrip().startswith("{"):
+            try:
+                entry = json.loads(spec)
+                name, path = entry["name"], entry["path"]
+            except (ValueError, KeyError, TypeError):
+                raise SystemExit(f"--lora-modules {spec!r}: JSON needs \"name\" and \"path\"") from None
+        else:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not path:
+                raise SystemExit(f"--lora-modules {spec!r}: expected name=path")
+        modules[name] = path
+    return modules
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
 
     args.model = args.model or args.model_option
     check_flags(args)
-    engine_config = engine_config_from_args(args)
+    runtime_lora = args.lora_modules or args.allow_runtime_lora_updating
+    engine_config = engine_config_from_args(args, **({"enable_lora": True} if runtime_lora else {}))
     check_plugins(engine_config)
     server_config = server_config_from_args(args, engine_config)
     engine = AsyncLLM(engine_config)
@@ -126,13 +148,18 @@ def _add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true",
                         default=env_default("TRUST_REMOTE_CODE", env_bool))
     parser.add_argument("--disable-async-output-proc", action="store_true")
+    parser.add_argument("--lora-modules", nargs="+", default=None, metavar="NAME=PATH",
+                        help="LoRA adapters clients address by name in `model`: name=path, or JSON "
+                             '{"name": ..., "path": ...}; implies --enable-lora')
+    parser.add_argument("--allow-runtime-lora-updating", action="store_true",
+                        default=env_default("ALLOW_RUNTIME_LORA_UPDATING", env_bool),
+                        help="enable /v1/load_lora_adapter and /v1/unload_lora_adapter (env ALLOW_RUNTIME_LORA_UPDATING)")
     parser.add_argument("--use-v2-block-manager", action="store_true")
 
 
 def _add_unsupported_args(parser: argparse.ArgumentParser) -> None:
     """Flags of 003's table that fastllm refuses: parsed only so that ``check_flags`` can explain."""
     group = parser.add_argument_group("not supported (refused at start)")
-    group.add_argument("--lora-modules", nargs="+", default=None)
     group.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
     group.add_argument("--num-scheduler-steps", type=int, default=None)
     group.add_argument("--distributed-executor-backend", default=None)

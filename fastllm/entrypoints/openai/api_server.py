@@ -20,7 +20,8 @@ import fastllm
 from fastllm.engine.async_llm import AsyncLLM
 from fastllm.entrypoints.openai.errors import install_error_handlers
 from fastllm.entrypoints.openai.middleware import RequestGuard
-from fastllm.entrypoints.openai.protocol import ModelCard, ModelList
+from fastllm.entrypoints.openai.protocol import (LoadLoRAAdapterRequest, ModelCard, ModelList,
+                                                 UnloadLoRAAdapterRequest)
 from fastllm.entrypoints.openai.protocol_chat import ChatCompletionRequest
 from fastllm.entrypoints.openai.protocol_completion import CompletionRequest
 from fastllm.entrypoints.openai.server_config import ServerConfig
@@ -57,8 +58,20 @@ def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> ModelList:
-        return ModelList(data=[ModelCard(id=name, root=engine.config.model, max_model_len=engine.max_model_len)
-                               for name in config.served_model_names])
+        base = [ModelCard(id=name, root=engine.config.model, max_model_len=engine.max_model_len)
+                for name in config.served_model_names]
+        adapters = [ModelCard(id=name, root=request.lora_path, parent=config.served_model_names[0],
+                              max_model_len=engine.max_model_len) for name, request in ctx.adapters.items()]
+        return ModelList(data=base + adapters)
+
+    if config.allow_runtime_lora_updating:
+        @app.post("/v1/load_lora_adapter")
+        async def load_lora_adapter(request: LoadLoRAAdapterRequest) -> Response:
+            return Response(await ctx.load_adapter(request.lora_name, request.lora_path))
+
+        @app.post("/v1/unload_lora_adapter")
+        async def unload_lora_adapter(request: UnloadLoRAAdapterRequest) -> Response:
+            return Response(await ctx.unload_adapter(request.lora_name))
 
     @app.post("/v1/completions")
     async def create_completion(request: CompletionRequest, raw: Request) -> Response:

@@ -57,12 +57,22 @@ class ModelCard(OpenAIModel):
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "fastllm"
     root: Optional[str] = None
+    parent: Optional[str] = None
     max_model_len: Optional[int] = None
 
 
 class ModelList(OpenAIModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class LoadLoRAAdapterRequest(BaseModel):
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+
+
+class UnloadLoRAAdapterRequest(BaseModel):
+    lora_name: str = Field(min_length=1)
 
 
 class StreamOptions(OpenAIModel):

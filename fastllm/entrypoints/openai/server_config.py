@@ -20,3 +20,5 @@ class ServerConfig(BaseModel):
         None, ge=0, description="answer 429 while this many requests wait to be scheduled; None: no limit")
     max_request_body_bytes: int = Field(16 * 2**20, gt=0)
     shutdown_timeout: float = Field(30.0, ge=0.0, description="seconds in-flight requests get after SIGTERM")
+    lora_modules: dict[str, str] = Field(default_factory=dict, description="adapter name -> PEFT directory")
+    allow_runtime_lora_updating: bool = False

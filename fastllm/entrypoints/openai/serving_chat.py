@@ -108,7 +108,8 @@ class ChatServing:
         params = self._params(request, template, len(prompt_token_ids))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         ctx.log_request(request_id, prompt, params)
-        streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs)]
+        streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs,
+                              ctx.lora_request(model))]
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),

@@ -67,7 +67,8 @@ class CompletionServing:
         for index, prompt in enumerate(request.prompts()):
             text, token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
             ctx.log_request(f"{request_id}-{index}", prompt, params)
-            streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params))
+            streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params,
+                                      lora_request=ctx.lora_request(model)))
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Any, Awaitable, Callable, Optional
 
@@ -10,6 +11,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 import fastllm
+from fastllm.adapters import LoRARequest
 from fastllm.engine.async_llm import AsyncLLM, EngineDeadError
 from fastllm.engine.input_processor import RequestError
 from fastllm.entrypoints.openai.errors import OpenAIError
@@ -32,6 +34,10 @@ class ServingContext:
         self.tokenizer = engine.tokenizer
         self.draining = False
         self.system_fingerprint = f"fastllm-{fastllm.__version__}"
+        # adapters clients address by name in ``model``; ids count up, never reused
+        self.adapters = {name: LoRARequest(name, i + 1, path)
+                         for i, (name, path) in enumerate(config.lora_modules.items())}
+        self._adapter_ids = itertools.count(len(self.adapters) + 1)
 
     async def counted(self, handling: Awaitable[Response]) -> Response:
         """Count one HTTP request as received, and as failed if handling it raises (any error, 4xx or 5xx).
@@ -49,10 +55,39 @@ class ServingContext:
         """The name to answer with; a name this server does not serve is a 404."""
         if requested is None or requested == "":
             return self.config.served_model_names[0]
-        if requested not in self.config.served_model_names:
+        if requested not in self.config.served_model_names and requested not in self.adapters:
             raise OpenAIError(404, f"the model `{requested}` does not exist; this server serves "
-                                   f"{', '.join(self.config.served_model_names)}", "model", "model_not_found")
+                                   f"{', '.join([*self.config.served_model_names, *self.adapters])}",
+                              "model", "model_not_found")
         return requested
+
+    def lora_request(self, model: str) -> Optional[LoRARequest]:
+        """The adapter a request's (checked) model name picks, or None for the base model."""
+        return self.adapters.get(model)
+
+    async def load_adapter(self, name: str, path: str) -> str:
+        """Check and load an adapter on the engine, then serve it under ``name``."""
+        if name in self.adapters or name in self.config.served_model_names:
+            raise OpenAIError(400, f"the model name `{name}` is already in use", "lora_name")
+        request = LoRARequest(name, next(self._adapter_ids), path)
+        await self._on_engine(lambda engine: engine.add_adapter(request))
+        self.adapters[name] = request
+        return f"Success: LoRA adapter '{name}' added successfully."
+
+    async def unload_adapter(self, name: str) -> str:
+        if name not in self.adapters:
+            raise OpenAIError(404, f"no LoRA adapter is named `{name}`", "lora_name", "model_not_found")
+        await self._on_engine(lambda engine: engine.remove_adapter(self.adapters[name].lora_int_id))
+        del self.adapters[name]
+        return f"Success: LoRA adapter '{name}' removed successfully."
+
+    async def _on_engine(self, fn: Callable[[Any], Any]) -> Any:
+        try:
+            return await self.engine.call(fn)
+        except RequestError as exc:
+            raise OpenAIError(exc.code, str(exc)) from exc
+        except EngineDeadError as exc:
+            raise OpenAIError(503, str(exc)) from exc
 
     def admit(self) -> None:
         """Refuse work the server cannot take now: shutting down, engine dead, or queue full."""
@@ -79,7 +114,8 @@ class ServingContext:
                         str(prompt)[:LOGGED_PROMPT_CHARS], params.model_dump(exclude_defaults=True))
 
     async def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
-                     params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None) -> OutputStream:
+                     params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
+                     lora_request: Optional[LoRARequest] = None) -> OutputStream:
         """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
 
         Closing or cancelling this stream before the request finished (a client that left,
@@ -88,10 +124,10 @@ class ServingContext:
         finished = False
         try:
             async for output in self.engine.generate(request_id, prompt, prompt_token_ids, params,
-                                                     chat_template_kwargs):
+                                                     chat_template_kwargs, lora_request):
                 if output.finished:
                     finished = True
-                    self.metrics.on_engine_request_finished(output)
+                    self.metrics.on_engine_request_finished(output, lora_request and lora_request.lora_name)
                 yield output
         except RequestError as exc:
             raise OpenAIError(exc.code, str(exc)) from exc

@@ -1,0 +1,132 @@
+"""Batched LoRA for a batch that mixes adapters (Punica's SGMV): each token reads its own adapter's
+A and B from stacked ``[slots, ...]`` weights.
+
+The host groups the step's tokens by adapter slot once (``lora_tiles``): ``order`` lists the
+tokens that use an adapter, sorted by slot, and each tile is a run of at most ``TILE_TOKENS`` of
+them with one slot, so a program loads its adapter's weights once for the whole run and multiplies
+with ``tl.dot``. A layer then runs two launches: ``lora_shrink`` (``xa = x @ A[slot]^T``, float32)
+and ``lora_expand`` (``y += scale[slot] * xa @ B[slot]^T`` in place over the base output). Tokens
+of the base model (slot -1) are in no tile: their rows of ``y`` are left as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+TILE_TOKENS = 32
+_BLOCK_K = 64
+_BLOCK_N = 64
+
+
+def lora_tiles(slots: list[int], tile: int = TILE_TOKENS) -> tuple[list[int], list[int]]:
+    """Per-token slots -> (``order``: the adapter tokens sorted by slot, ``tiles``: flat
+    ``(start in order, length, slot)`` triples of runs of at most ``tile`` tokens)."""
+    order = sorted((t for t, s in enumerate(slots) if s >= 0), key=lambda t: slots[t])
+    tiles: list[int] = []
+    start = 0
+    while start < len(order):
+        slot, end = slots[order[start]], start
+        while end < len(order) and end - start < tile and slots[order[end]] == slot:
+            end += 1
+        tiles += [start, end - start, slot]
+        start = end
+    return order, tiles
+
+
+@triton.jit
+def _tile(order_ptr, tiles_ptr, BLOCK_T: tl.constexpr):
+    """This program's tile: its length, its slot, row numbers and the tokens at them."""
+    tile = tl.program_id(0)
+    start, length = tl.load(tiles_ptr + 3 * tile), tl.load(tiles_ptr + 3 * tile + 1)
+    slot = tl.load(tiles_ptr + 3 * tile + 2).to(tl.int64)
+    rows = tl.arange(0, BLOCK_T)
+    tokens = tl.load(order_ptr + start + rows, mask=rows < length, other=0).to(tl.int64)
+    return length, slot, rows, tokens
+
+
+@triton.jit
+def _shrink_kernel(x_ptr, a_ptr, order_ptr, tiles_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
+                   BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    length, slot, rows, tokens = _tile(order_ptr, tiles_ptr, BLOCK_T)
+    ranks = tl.arange(0, BLOCK_R)
+    acc = tl.zeros((BLOCK_T, BLOCK_R), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + tokens[:, None] * stride_x + cols[None, :],
+                    mask=(rows[:, None] < length) & (cols[None, :] < K), other=0.0)
+        a = tl.load(a_ptr + slot * stride_as + ranks[None, :] * stride_ar + cols[:, None],
+                    mask=(ranks[None, :] < R) & (cols[:, None] < K), other=0.0)
+        acc += tl.dot(x, a, input_precision=PRECISION)
+    tl.store(out_ptr + tokens[:, None] * stride_out + ranks[None, :], acc,
+             mask=(rows[:, None] < length) & (ranks[None, :] < R))
+
+
+@triton.jit
+def _expand_kernel(xa_ptr, b_ptr, scale_ptr, order_ptr, tiles_ptr, y_ptr, N, R, stride_xa, stride_bs, stride_bn,
+                   stride_y, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    length, slot, rows, tokens = _tile(order_ptr, tiles_ptr, BLOCK_T)
+    ranks = tl.arange(0, BLOCK_R)
+    outputs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    xa = tl.load(xa_ptr + tokens[:, None] * stride_xa + ranks[None, :],
+                 mask=(rows[:, None] < length) & (ranks[None, :] < R), other=0.0)
+    b = tl.load(b_ptr + slot * stride_bs + outputs[None, :] * stride_bn + ranks[:, None],
+                mask=(outputs[None, :] < N) & (ranks[:, None] < R), other=0.0)
+    delta = tl.dot(xa.to(b.dtype), b, input_precision=PRECISION) * tl.load(scale_ptr + slot)
+    mask = (rows[:, None] < length) & (outputs[None, :] < N)
+    y_rows = y_ptr + tokens[:, None] * stride_y + outputs[None, :]
+    y = tl.load(y_rows, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_rows, (y + delta).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _precision(x: torch.Tensor) -> Optional[str]:
+    """float32 stays float32 (no tf32 rounding); half types take tl.dot's default."""
+    return "ieee" if x.dtype == torch.float32 else None
+
+
+def _block_r(rank: int) -> int:
+    return max(16, triton.next_power_of_2(rank))  # tl.dot wants every side >= 16
+
+
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, order: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
+    """``x [T, K]``, ``a [S, R, K]`` -> ``xa [T, R]`` float32, written only at the tiled tokens."""
+    (_, rank, inner), num_tiles = a.shape, tiles.numel() // 3
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    out = torch.empty(x.shape[0], rank, dtype=torch.float32, device=x.device)
+    if num_tiles:
+        _shrink_kernel[(num_tiles,)](x, a, order, tiles, out, inner, rank, x.stride(0), a.stride(0), a.stride(1),
+                                     out.stride(0), BLOCK_T=TILE_TOKENS, BLOCK_R=_block_r(rank), BLOCK_K=_BLOCK_K,
+                                     PRECISION=_precision(x))
+    return out
+
+
+def lora_expand(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, order: torch.Tensor,
+                tiles: torch.Tensor) -> torch.Tensor:
+    """``y [T, N] += scale[slot] * xa [T, R] @ b[slot]^T`` in place (``b [S, N, R]``); returns ``y``."""
+    (_, outputs, rank), num_tiles = b.shape, tiles.numel() // 3
+    assert y.stride(-1) == 1, "y is updated in place and must have unit stride"
+    if num_tiles:
+        _expand_kernel[(num_tiles, triton.cdiv(outputs, _BLOCK_N))](
+            xa, b, scale, order, tiles, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
+            BLOCK_T=TILE_TOKENS, BLOCK_R=_block_r(rank), BLOCK_N=_BLOCK_N, PRECISION=_precision(y))
+    return y
+
+
+def lora_shrink_ref(x: torch.Tensor, a: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    used = slots >= 0
+    out = torch.zeros(x.shape[0], a.shape[1], dtype=torch.float64, device=x.device)
+    out[used] = torch.einsum("tk,trk->tr", x[used].double(), a[slots[used].long()].double())
+    return out
+
+
+def lora_expand_ref(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch.Tensor,
+                    slots: torch.Tensor) -> torch.Tensor:
+    used = slots >= 0
+    out = y.double().clone()
+    picked = slots[used].long()
+    out[used] += torch.einsum("tr,tnr->tn", xa[used].double(), b[picked].double()) * scale[picked, None].double()
+    return out

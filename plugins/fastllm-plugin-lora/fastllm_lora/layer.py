@@ -1,0 +1,92 @@
+"""A linear layer plus the LoRA deltas of the adapters in its device slots.
+
+Fused layers (qkv, gate_up) hold one rank block per projection: A stacks the projections'
+A matrices, and B is block-diagonal, each projection's B in its rows of the fused output and
+its own rank columns. So a mixed batch costs two launches a layer whatever the adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from fastllm.attention.metadata import get_forward_context
+from fastllm.layers.fused import current_kernels
+from fastllm.platforms.transfer import to_device
+from fastllm_lora.checkpoint import ModuleDelta
+
+
+@dataclass
+class LoRABatch:
+    """One step's adapters: each token's slot (-1: base model) and, where the kernels run, the
+    tokens grouped by slot (``fastllm_kernels.lora.lora_tiles``)."""
+
+    slots: torch.Tensor  # [num_tokens] int32
+    order: Optional[torch.Tensor] = None
+    tiles: Optional[torch.Tensor] = None
+
+    @classmethod
+    def of(cls, slots: list[int], device: torch.device, kernels: Optional[ModuleType]) -> "LoRABatch":
+        batch = cls(to_device(slots, torch.int32, device))
+        if kernels is not None:
+            order, tiles = kernels.lora_tiles(slots)
+            batch.order, batch.tiles = (to_device(order, torch.int32, device), to_device(tiles, torch.int32, device))
+        return batch
+
+
+class LoRALinear(nn.Module):
+    """Wraps ``base`` (any fastllm linear, quantized ones included); one tensor-parallel rank."""
+
+    def __init__(self, base: nn.Module, slices: dict[object, tuple[int, int]], num_slots: int, max_rank: int,
+                 dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        self.base = base
+        self.slices = slices
+        self.max_rank = max_rank
+        ranks = len(slices) * max_rank
+        self.register_buffer("lora_a", torch.zeros(num_slots, ranks, base.input_size, dtype=dtype, device=device))
+        self.register_buffer("lora_b", torch.zeros(num_slots, base.output_size, ranks, dtype=dtype, device=device))
+        self.register_buffer("scale", torch.zeros(num_slots, dtype=torch.float32, device=device))
+        self.kernels = current_kernels()
+
+    def set_slot(self, slot: int, deltas: dict[object, ModuleDelta]) -> None:
+        """Write one adapter's deltas (by shard id) into ``slot``; projections it lacks stay zero."""
+        self.lora_a[slot].zero_()
+        self.lora_b[slot].zero_()
+        scaling = next(iter(deltas.values())).scaling if deltas else 0.0
+        for block, (shard, (offset, size)) in enumerate(self.slices.items()):
+            delta = deltas.get(shard)
+            if delta is None:
+                continue
+            ranks = slice(block * self.max_rank, block * self.max_rank + delta.rank)
+            b = delta.b if delta.scaling == scaling else delta.b.float() * (delta.scaling / scaling)
+            self.lora_a[slot, ranks].copy_(delta.a)
+            self.lora_b[slot, offset:offset + size, ranks].copy_(b)
+        self.scale[slot] = scaling
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        batch: Optional[LoRABatch] = get_forward_context().adapter_batch
+        if batch is None:
+            return y
+        rows, out = x.reshape(-1, x.shape[-1]), y.view(-1, y.shape[-1])
+        kernels = self.kernels
+        if kernels is not None and batch.tiles is not None:
+            xa = kernels.lora_shrink(rows, self.lora_a, batch.order, batch.tiles)
+            kernels.lora_expand(out, xa, self.lora_b, self.scale, batch.order, batch.tiles)
+        else:
+            self._add_torch(rows, out, batch.slots)
+        return y
+
+    def _add_torch(self, rows: torch.Tensor, out: torch.Tensor, slots: torch.Tensor) -> None:
+        """The per-adapter reference: each adapter's tokens through its own two matmuls."""
+        for slot in slots.unique().tolist():
+            if slot < 0:
+                continue
+            picked = (slots == slot).nonzero().squeeze(1)
+            xa = rows[picked] @ self.lora_a[slot].T
+            out[picked] += (xa @ self.lora_b[slot].T) * self.scale[slot].to(out.dtype)
