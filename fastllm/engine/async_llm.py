@@ -15,9 +15,10 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from fastllm.config import EngineConfig
+from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.engine.request_state import RequestState
 from fastllm.outputs import RequestOutput
@@ -27,7 +28,13 @@ logger = logging.getLogger("fastllm")
 
 
 class EngineDeadError(RuntimeError):
-    """The engine loop stopped (a step raised, or the engine shut down); no request can run."""
+    """The engine loop stopped (it could not recover from an error, or the engine shut down)."""
+
+
+def internal_error(request_id: str) -> RequestError:
+    """What a client hears when its request failed inside the engine: a 500 naming only the request;
+    the exception itself goes to the log, never to the client."""
+    return RequestError(f"internal error while running request {request_id}; see the server log", code=500)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,11 @@ class AsyncLLM:
 
     Leaving the iteration early (a client that disconnects cancels it) aborts the
     request, which frees its KV blocks on the next engine iteration.
+
+    A step that raises fails the requests it may have touched (a 500 each) and the loop
+    goes on; only when cleaning up after it fails too does the loop stop, and then every
+    ``on_dead`` callback runs once, so a server can exit and be restarted by its supervisor
+    instead of answering 503 forever.
     """
 
     def __init__(self, config: EngineConfig):
@@ -94,6 +106,7 @@ class AsyncLLM:
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
         self._lock = threading.Lock()
         self._spec_retired = (0, 0)
+        self.on_dead: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
 
@@ -149,10 +162,14 @@ class AsyncLLM:
                 self._drain_inbox(block=not self.engine.has_unfinished_requests())
                 self._publish_stats()
                 if self.engine.has_unfinished_requests():
-                    self._step()
-        except Exception as exc:  # a failed step leaves the engine in an unknown state
+                    try:
+                        self._step()
+                    except Exception:
+                        logger.exception("engine step failed; failing the requests it touched")
+                        self._fail_touched()
+        except Exception:  # the recovery itself failed: the engine's state is unknown
             logger.exception("engine loop failed; failing every in-flight request")
-            self.dead_error = EngineDeadError(f"engine loop failed: {exc!r}")
+            self.dead_error = EngineDeadError("the engine stopped after an internal error; see the server log")
         with self._lock:  # from here on nothing new gets in, so what is queued now is all that is left
             self._closed = True
         error = self.dead_error or EngineDeadError("the engine shut down")
@@ -163,6 +180,9 @@ class AsyncLLM:
         for stream in self._streams.values():
             stream.put(error)
         self._streams.clear()
+        if self.dead_error is not None:
+            for callback in self.on_dead:
+                callback()
 
     def _drain_inbox(self, block: bool) -> None:
         item = self._inbox.get() if block else self._next_nowait()
@@ -183,10 +203,12 @@ class AsyncLLM:
         try:
             self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
                                     item.arrival_time, item.chat_template_kwargs)
-        except Exception as exc:  # RequestError for bad input; anything else fails this request only
-            if not isinstance(exc, ValueError):
-                logger.exception("adding request %s failed", item.request_id)
+        except RequestError as exc:
             item.stream.put(exc)
+            return
+        except Exception:  # a bug, not the client's fault: this request fails alone, details to the log
+            logger.exception("adding request %s failed", item.request_id)
+            item.stream.put(internal_error(item.request_id))
             return
         self._streams[item.request_id] = item.stream
 
@@ -213,6 +235,23 @@ class AsyncLLM:
                 output.request_id)
             if stream is not None:
                 stream.put(output)
+
+    def _fail_touched(self) -> None:
+        """After a step raised: drop the step in flight and fail every request with a sequence past
+        admission (running, computed or with a token in flight); requests still waiting untouched
+        keep their place, unless none was touched (then the fault lies with those)."""
+        self.engine.in_flight = None
+        running = set(map(id, self.engine.scheduler.running))
+        touched = [request_id for request_id, state in self.engine.requests.items()
+                   if any(s.seq.num_computed_tokens or s.seq.num_pending_tokens or s.seq.output_token_ids
+                          or id(s.seq) in running for s in state.samples)]
+        for request_id in touched or list(self.engine.requests):
+            self._retire(self.engine.requests.get(request_id))
+            self.engine.abort_request(request_id)
+            stream = self._streams.pop(request_id, None)
+            if stream is not None:
+                stream.put(internal_error(request_id))
+        self._publish_stats()
 
     def _retire(self, state: Optional[RequestState]) -> None:
         """Fold an ending request's speculative-decoding counts into the running totals."""

@@ -101,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
                    args.uvicorn_log_level)
     finally:
         engine.shutdown(server_config.shutdown_timeout)
+    if engine.dead_error is not None:
+        logger.error("the engine loop died; exiting so that a supervisor can restart the server")
+        return 1
     return 0
 
 

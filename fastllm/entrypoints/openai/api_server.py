@@ -95,6 +95,7 @@ class DrainingServer(uvicorn.Server):
 def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
     """Serve until SIGTERM/SIGINT, then give in-flight requests ``shutdown_timeout`` seconds and return.
 
+    If the engine loop dies, the server stops too (the caller then exits non-zero).
     The signal also starts the engine's own shutdown beside uvicorn's: it lets running
     requests finish for ``shutdown_timeout`` seconds, then aborts the rest, so their
     clients get a last chunk with ``finish_reason: "abort"`` and a clean end instead of
@@ -113,4 +114,6 @@ def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_
         threading.Thread(target=ctx.engine.shutdown, args=(shutdown_timeout,), name="fastllm-drain",
                          daemon=True).start()
 
-    DrainingServer(config, ctx, drain_engine).run()
+    server = DrainingServer(config, ctx, drain_engine)
+    ctx.engine.on_dead.append(lambda: setattr(server, "should_exit", True))  # exit; a supervisor restarts us
+    server.run()

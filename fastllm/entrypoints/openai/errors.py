@@ -8,6 +8,7 @@ an unexpected exception a 500 that does not leak a traceback.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Optional, Union
 
 from fastapi import FastAPI, Request
@@ -70,5 +71,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("internal error on %s", request.url.path)
-        return JSONResponse(error_body(500, f"internal server error: {type(exc).__name__}"), status_code=500)
+        error_id = uuid.uuid4().hex
+        logger.exception("internal error %s on %s", error_id, request.url.path)
+        return JSONResponse(error_body(500, f"internal server error {error_id}; see the server log"),
+                            status_code=500)
