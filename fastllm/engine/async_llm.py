@@ -96,6 +96,7 @@ class AsyncLLM:
         self.engine = LLMEngine(config)
         self.config = config
         self.tokenizer = self.engine.tokenizer
+        self.inputs = self.engine.inputs  # thread-safe: the server validates and tokenizes on its workers
         self.max_model_len = self.engine.max_model_len
         self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
                                  num_free_blocks=self.engine.kv_cache.num_free_blocks)

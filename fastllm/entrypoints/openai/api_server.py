@@ -57,7 +57,8 @@ def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> ModelList:
-        return ModelList(data=[ModelCard(id=name, root=engine.config.model, max_model_len=engine.max_model_len)
+        # root is the served name, not engine.config.model: where the weights lie is the operator's business
+        return ModelList(data=[ModelCard(id=name, root=name, max_model_len=engine.max_model_len)
                                for name in config.served_model_names])
 
     @app.post("/v1/completions")

@@ -2,7 +2,8 @@
 
 The template and the tool parser are chosen once at start-up (fastllm.chat's
 resolution order), so a bad ``--chat-template`` or ``--tool-call-parser`` stops
-the server before it listens; a request may still bring its own template.
+the server before it listens; a request may still bring its own template text
+(never a path: only the operator's ``--chat-template`` may name a file).
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ class ChatServing:
 
     def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
         try:
-            template = (resolve_chat_template(self.ctx.tokenizer, self.ctx.engine.config.model, request.chat_template)
-                        if request.chat_template else self.template)
+            # a request's template is template text, never a file or a name: only the operator's may be
+            template = ResolvedTemplate(request.chat_template, None) if request.chat_template else self.template
             tools = ([tool.model_dump(exclude_none=True) for tool in request.tools]
                      if request.tools and request.effective_tool_choice != "none" else None)
             prompt = render_chat(self.ctx.tokenizer, template, template_messages(request.messages), tools=tools,
@@ -103,11 +104,12 @@ class ChatServing:
         model = ctx.model_name(request.model)
         ctx.admit()
         check_tool_choice(request, self.auto_tools)
-        prompt, template = self._prompt(request)
-        prompt_token_ids = ctx.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        prompt, template = await ctx.off_loop(lambda: self._prompt(request))
+        prompt_token_ids = await ctx.off_loop(lambda: ctx.engine.inputs.tokenize(prompt, add_special_tokens=False))
         params = self._params(request, template, len(prompt_token_ids))
+        await ctx.off_loop(lambda: ctx.prompt_token_ids([prompt_token_ids], params))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
-        ctx.log_request(request_id, prompt, params)
+        ctx.log_request(request_id, prompt_token_ids, params)
         streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs)]
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))

@@ -63,10 +63,12 @@ class CompletionServing:
         params = ctx.sampling_params(lambda: request.sampling_params(
             request.max_tokens, request.logprobs, echo_logprobs, n=num_samples))
         request_id = f"cmpl-{uuid.uuid4().hex}"
+        prompts = request.prompts()
+        token_lists = await ctx.off_loop(lambda: ctx.prompt_token_ids(prompts, params))
         streams: list[OutputStream] = []
-        for index, prompt in enumerate(request.prompts()):
-            text, token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
-            ctx.log_request(f"{request_id}-{index}", prompt, params)
+        for index, (prompt, token_ids) in enumerate(zip(prompts, token_lists)):
+            ctx.log_request(f"{request_id}-{index}", token_ids, params)
+            text = prompt if isinstance(prompt, str) else None
             streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params))
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
