@@ -19,7 +19,7 @@ from fastllm.chat import ResolvedTemplate, render_chat, resolve_chat_template, t
 from fastllm.entrypoints.openai.chat_choice import ChoiceStream
 from fastllm.entrypoints.openai.chat_tools import check_tool_choice, forced_guided_decoding
 from fastllm.entrypoints.openai.errors import OpenAIError, error_body
-from fastllm.entrypoints.openai.logprobs import chat_logprobs
+from fastllm.entrypoints.openai.logprobs import chat_logprobs, finite
 from fastllm.entrypoints.openai.protocol import UsageInfo
 from fastllm.entrypoints.openai.protocol_chat import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse,
                                                       ChatMessage)
@@ -136,7 +136,7 @@ class ChatServing:
         return ChatChoice(index=completion.index, message=content if as_message else None,
                           delta=None if as_message else content, logprobs=logprobs, finish_reason=finish_reason,
                           stop_reason=completion.stop_reason if finish_reason else None,
-                          sentence_length=len(completion.text), cum_log_probs=completion.cumulative_logprob)
+                          sentence_length=len(completion.text), cum_log_probs=finite(completion.cumulative_logprob))
 
     async def _events(self, request_id: str, model: str, request: ChatCompletionRequest,
                       firsts: list[RequestOutput], streams: list[OutputStream]) -> AsyncIterator[str]:

@@ -16,7 +16,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fastllm.entrypoints.openai.errors import OpenAIError, error_body
-from fastllm.entrypoints.openai.logprobs import completion_logprobs
+from fastllm.entrypoints.openai.logprobs import completion_logprobs, finite
 from fastllm.entrypoints.openai.protocol import UsageInfo
 from fastllm.entrypoints.openai.protocol_completion import CompletionChoice, CompletionRequest, CompletionResponse
 from fastllm.entrypoints.openai.serving_context import ServingContext
@@ -96,7 +96,7 @@ class CompletionServing:
                                            view.logprobs[sent.tokens:], sent.chars)
         return CompletionChoice(index=index, text=view.text[sent.chars:], logprobs=logprobs,
                                 finish_reason=completion.finish_reason, stop_reason=completion.stop_reason,
-                                sentence_length=len(view.text), cum_log_probs=completion.cumulative_logprob)
+                                sentence_length=len(view.text), cum_log_probs=finite(completion.cumulative_logprob))
 
     def _response(self, request_id: str, model: str, request: CompletionRequest,
                   finals: list[RequestOutput]) -> CompletionResponse:

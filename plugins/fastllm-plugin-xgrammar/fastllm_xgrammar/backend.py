@@ -41,7 +41,7 @@ class XGrammarBackend:
         spec = grammar_spec(params)
         try:
             return self._compile_cached(spec)
-        except RuntimeError as exc:
+        except (RuntimeError, TypeError) as exc:
             raise ValueError(f"{spec.kind}: {_LOG_PREFIX.sub('', str(exc)).strip()}") from None
 
     def new_matcher(self, compiled: xgr.CompiledGrammar) -> xgr.GrammarMatcher:
@@ -67,6 +67,16 @@ class XGrammarBackend:
         return self._compile_cached.cache_info()
 
     def _compile_spec(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
+        """A grammar that allows no first token (``a ::= a``, a schema that only refers to itself)
+        is refused here: masked with it, every logit would be -inf."""
+        compiled = self._compile_source(spec)
+        first = xgr.allocate_token_bitmask(1, self.bitmask.vocab_size)
+        xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first)
+        if not first.any():
+            raise ValueError(f"{spec.kind}: the grammar accepts no output")
+        return compiled
+
+    def _compile_source(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
         if spec.kind == "json_schema":
             return self.compiler.compile_json_schema(spec.source, any_whitespace=False)
         if spec.kind == "json_object":
