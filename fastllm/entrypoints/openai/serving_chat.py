@@ -15,7 +15,8 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from fastllm.chat import ResolvedTemplate, render_chat, resolve_chat_template, tool_parser
+from fastllm.chat import ResolvedTemplate, resolve_chat_template, template_source, template_variables, tool_parser
+from fastllm.chat.sandbox import TemplateRenderer
 from fastllm.entrypoints.openai.chat_choice import ChoiceStream
 from fastllm.entrypoints.openai.chat_tools import check_tool_choice, forced_guided_decoding
 from fastllm.entrypoints.openai.errors import OpenAIError, error_body
@@ -62,23 +63,35 @@ class ChatServing:
         self.tool_parser = tool_parser(parser_name, ctx.tokenizer) if parser_name else None
         self.auto_tools = self.tool_parser is not None and (
             ctx.config.enable_auto_tool_choice or self.template.tool_call_parser is not None)
+        self.renderer = TemplateRenderer(max_chars=ctx.engine.inputs.max_text_chars)
 
     async def create(self, request: ChatCompletionRequest, raw: Request) -> Response:
         return await self.ctx.counted(self._create(request, raw))
 
     def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
+        """Rendered in the template sandbox (``fastllm.chat.sandbox``); blocks, so run it off the loop."""
         try:
             # a request's template is template text, never a file or a name: only the operator's may be
             template = ResolvedTemplate(request.chat_template, None) if request.chat_template else self.template
             tools = ([tool.model_dump(exclude_none=True) for tool in request.tools]
                      if request.tools and request.effective_tool_choice != "none" else None)
-            prompt = render_chat(self.ctx.tokenizer, template, template_messages(request.messages), tools=tools,
-                                 chat_template_kwargs=request.chat_template_kwargs)
+            tokenizer = self.ctx.tokenizer
+            prompt = self.renderer.render(template_source(tokenizer, template, tools),
+                                          template_messages(request.messages), tools,
+                                          template_variables(tokenizer, request.chat_template_kwargs))
         except OpenAIError:
             raise
         except Exception as exc:  # a template error is the request's (or the template's): report, keep serving
             raise OpenAIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
         return prompt, template
+
+    def _check_size(self, request: ChatCompletionRequest) -> None:
+        """Messages whose text alone is longer than any prompt that fits are refused before rendering."""
+        chars = sum(len(m.content) if isinstance(m.content, str) else sum(len(str(p.get("text", ""))) for p in m.content)
+                    for m in request.messages if m.content)
+        if chars > self.renderer.max_chars:
+            raise OpenAIError(400, f"the messages hold {chars} characters, more than max_model_len="
+                                   f"{self.ctx.engine.max_model_len} tokens can hold", "messages")
 
     def _params(self, request: ChatCompletionRequest, template: ResolvedTemplate, prompt_len: int) -> SamplingParams:
         max_tokens = (request.max_completion_tokens or request.max_tokens
@@ -104,6 +117,7 @@ class ChatServing:
         model = ctx.model_name(request.model)
         ctx.admit()
         check_tool_choice(request, self.auto_tools)
+        self._check_size(request)
         prompt, template = await ctx.off_loop(lambda: self._prompt(request))
         prompt_token_ids = await ctx.off_loop(lambda: ctx.engine.inputs.tokenize(prompt, add_special_tokens=False))
         params = self._params(request, template, len(prompt_token_ids))
