@@ -14,10 +14,12 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 
 from fastllm.config import EngineConfig
+from fastllm.engine.fair_admission import FairAdmission
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.engine.request_state import RequestState
@@ -72,6 +74,7 @@ class _Add:
     arrival_time: float
     chat_template_kwargs: Optional[dict[str, Any]]
     stream: _Stream
+    group: Optional[str] = None  # the client request it belongs to, for fair admission
 
 
 @dataclass
@@ -92,7 +95,9 @@ class AsyncLLM:
     instead of answering 503 forever.
     """
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, request_window: Optional[int] = None):
+        """``request_window``: sequences one client request (a ``group``) may have in the engine
+        at once (default: a quarter of ``max_num_seqs``); see ``fastllm.engine.fair_admission``."""
         self.engine = LLMEngine(config)
         self.config = config
         self.tokenizer = self.engine.tokenizer
@@ -108,25 +113,27 @@ class AsyncLLM:
         self._lock = threading.Lock()
         self._spec_retired = (0, 0)
         self.on_dead: list[Callable[[], None]] = []
+        self.admission = FairAdmission(request_window or config.max_num_seqs // 4)
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
 
     # ---- event-loop side ---------------------------------------------------------------------
     @property
     def num_pending(self) -> int:
-        """Requests not yet scheduled: the last snapshot's waiting ones plus those still in the inbox."""
-        return self.stats.num_requests_waiting + self._inbox.qsize()
+        """Requests not yet scheduled: the last snapshot's waiting ones, the held and the inbox's."""
+        return self.stats.num_requests_waiting + self.admission.num_held + self._inbox.qsize()
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
-                       params: SamplingParams,
-                       chat_template_kwargs: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
-        """Yield the request's latest output until it finishes; raises RequestError for bad input."""
+                       params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
+                       group: Optional[str] = None) -> AsyncIterator[RequestOutput]:
+        """Yield the request's latest output until it finishes; raises RequestError for bad input.
+        Requests of one ``group`` are admitted a window at a time (``fastllm.engine.fair_admission``)."""
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
             self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream))
+                                 chat_template_kwargs, stream, group))
         finished = False
         try:
             while not finished:
@@ -174,6 +181,8 @@ class AsyncLLM:
         with self._lock:  # from here on nothing new gets in, so what is queued now is all that is left
             self._closed = True
         error = self.dead_error or EngineDeadError("the engine shut down")
+        for held in self.admission.held():
+            held.stream.put(error)
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
             if isinstance(item, _Add):
@@ -201,21 +210,38 @@ class AsyncLLM:
             return None
 
     def _add(self, item: _Add) -> None:
-        try:
-            self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
-                                    item.arrival_time, item.chat_template_kwargs)
-        except RequestError as exc:
-            item.stream.put(exc)
-            return
-        except Exception:  # a bug, not the client's fault: this request fails alone, details to the log
-            logger.exception("adding request %s failed", item.request_id)
-            item.stream.put(internal_error(item.request_id))
-            return
-        self._streams[item.request_id] = item.stream
+        if self.admission.offer(item):
+            self._enter_all([item])
+
+    def _leave(self, request_id: str) -> None:
+        """A request left the engine: let in the held requests its room admits."""
+        self._enter_all(self.admission.leave(request_id))
+
+    def _enter_all(self, items: list[_Add]) -> None:
+        """Add admitted requests to the engine; one refused there frees its room for the next."""
+        pending = deque(items)
+        while pending:
+            item = pending.popleft()
+            try:
+                self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
+                                        item.arrival_time, item.chat_template_kwargs)
+            except Exception as exc:  # a bad request or a bug: this request fails alone, a bug's details logged
+                if not isinstance(exc, RequestError):
+                    logger.exception("adding request %s failed", item.request_id)
+                item.stream.put(exc if isinstance(exc, RequestError) else internal_error(item.request_id))
+                pending.extend(self.admission.leave(item.request_id))
+                continue
+            self._streams[item.request_id] = item.stream
 
     def _abort(self, item: _Abort) -> None:
+        held = self.admission.withdraw(item.request_id)
+        if held is not None:
+            if item.notify:
+                held.stream.put(EngineDeadError("the engine shut down"))
+            return
         self._retire(self.engine.requests.get(item.request_id))
         output = self.engine.abort_request(item.request_id)
+        self._leave(item.request_id)
         stream = self._streams.pop(item.request_id, None)
         if output is not None:
             logger.info("Aborted request %s", item.request_id)
@@ -230,6 +256,7 @@ class AsyncLLM:
         for output in outputs:
             if output.finished:
                 self._retire(live.get(output.request_id))
+                self._leave(output.request_id)
         self._publish_stats()
         for output in outputs:
             stream = self._streams.pop(output.request_id, None) if output.finished else self._streams.get(
@@ -249,6 +276,7 @@ class AsyncLLM:
         for request_id in touched or list(self.engine.requests):
             self._retire(self.engine.requests.get(request_id))
             self.engine.abort_request(request_id)
+            self._leave(request_id)
             stream = self._streams.pop(request_id, None)
             if stream is not None:
                 stream.put(internal_error(request_id))

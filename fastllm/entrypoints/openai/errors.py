@@ -21,8 +21,8 @@ from fastllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 logger = logging.getLogger("fastllm")
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-               500: "internal_server_error", 503: "service_unavailable"}
+               405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+               429: "rate_limit_error", 500: "internal_server_error", 503: "service_unavailable"}
 
 
 class OpenAIError(Exception):

@@ -64,12 +64,19 @@ class CompletionServing:
             request.max_tokens, request.logprobs, echo_logprobs, n=num_samples))
         request_id = f"cmpl-{uuid.uuid4().hex}"
         prompts = request.prompts()
+        limits = ctx.config
+        if len(prompts) > limits.max_prompts_per_request:
+            raise OpenAIError(400, f"{len(prompts)} prompts exceed the limit of {limits.max_prompts_per_request} "
+                                   "per request", "prompt")
+        if len(prompts) * num_samples > limits.max_sequences_per_request:
+            raise OpenAIError(400, f"{len(prompts)} prompts x {num_samples} samples exceed the limit of "
+                                   f"{limits.max_sequences_per_request} sequences per request", "n")
         token_lists = await ctx.off_loop(lambda: ctx.prompt_token_ids(prompts, params))
         streams: list[OutputStream] = []
         for index, (prompt, token_ids) in enumerate(zip(prompts, token_lists)):
             ctx.log_request(f"{request_id}-{index}", token_ids, params)
             text = prompt if isinstance(prompt, str) else None
-            streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params))
+            streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params, group=request_id))
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),
