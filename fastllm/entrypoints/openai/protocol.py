@@ -148,7 +148,7 @@ class SamplingRequest(RequestModel):
         """JSON object keys are strings: a key is a token id written in decimal digits."""
         if not isinstance(value, dict):
             return value
-        keys = {key: int(key) if isinstance(key, str) and key.isdecimal() and len(key) < 19 else key
+        keys = {key: int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 19 else key
                 for key in value}
         if any(not isinstance(key, int) for key in keys.values()):
             raise ValueError("logit_bias keys must be token ids written as decimal integers")

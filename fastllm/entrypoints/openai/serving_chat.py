@@ -87,7 +87,8 @@ class ChatServing:
 
     def _check_size(self, request: ChatCompletionRequest) -> None:
         """Messages whose text alone is longer than any prompt that fits are refused before rendering."""
-        chars = sum(len(m.content) if isinstance(m.content, str) else sum(len(str(p.get("text", ""))) for p in m.content)
+        chars = sum(len(m.content) if isinstance(m.content, str)
+                    else sum(len(str(part.get("text", ""))) for part in m.content)
                     for m in request.messages if m.content)
         if chars > self.renderer.max_chars:
             raise OpenAIError(400, f"the messages hold {chars} characters, more than max_model_len="
