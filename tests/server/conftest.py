@@ -65,7 +65,8 @@ def free_port() -> int:
 
 def start_server(engine: AsyncLLM, **config) -> RunningServer:
     config.setdefault("served_model_names", [MODEL])
-    app = build_app(engine, ServerConfig(disable_log_requests=True, **config))
+    config.setdefault("disable_log_requests", True)
+    app = build_app(engine, ServerConfig(**config))
     port = free_port()
     server = DrainingServer(uvicorn_config(app, HOST, port, log_level="warning"), app.state.serving)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
