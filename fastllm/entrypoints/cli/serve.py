@@ -78,8 +78,9 @@ def check_plugins(config: EngineConfig) -> None:
 
 
 def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfig) -> ServerConfig:
+    # by default the model's file or folder name: /v1/models must not show where the weights lie
     names = args.served_model_name or _env_list(os.environ.get("SERVED_MODEL_NAME") or os.environ.get(
-        "MODEL_ID") or "") or [engine_config.model]
+        "MODEL_ID") or "") or [os.path.basename(engine_config.model.rstrip("/")) or engine_config.model]
     try:
         return ServerConfig(served_model_names=names, api_keys=_env_list(" ".join(args.api_keys or [])),
                             disable_log_requests=bool(args.disable_log_requests),

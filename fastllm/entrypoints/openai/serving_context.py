@@ -71,8 +71,8 @@ class ServingContext:
 
     def model_name(self, requested: Optional[str]) -> str:
         """The name to answer with; a name this server does not serve is a 404."""
-        if requested is None or requested == "":
-            return self.config.served_model_names[0]
+        if requested is None or requested == "" or requested == self.engine.config.model:
+            return self.config.served_model_names[0]  # the model's path still works, though never listed
         if requested not in self.config.served_model_names:
             raise OpenAIError(404, f"the model `{requested}` does not exist; this server serves "
                                    f"{', '.join(self.config.served_model_names)}", "model", "model_not_found")
