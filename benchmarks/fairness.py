@@ -1,7 +1,7 @@
 """Fairness: how long a small request waits behind a big one on a real server.
 
-One client sends a completion with 2,000 prompts (streamed, so the run can stop it once the
-measurement is taken); a second client sends an 8-token request a second later. The table
+One client sends a completion with 2,000 prompts (and drops it once the measurement is
+taken); a second client sends an 8-token request a second later. The table
 gives the small request's latency beside its latency on an idle server. ``--unfair`` runs the
 same with fair admission off (a window as large as the whole request), to show what it fixes;
 that run gives up waiting after ``--give-up`` seconds.
@@ -13,6 +13,8 @@ that run gives up waiting after ``--give-up`` seconds.
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import socket
 import threading
 import time
@@ -56,23 +58,16 @@ def small_latency(url: str, timeout: float) -> Optional[float]:
 
 
 def behind_big(url: str, num_prompts: int, max_tokens: int, delay: float, give_up: float) -> Optional[float]:
-    """The small request's latency, sent ``delay`` s after the big one; the big one is then dropped."""
+    """The small request's latency, sent ``delay`` s after the big one. The big one is sent on a
+    connection that is never read and closed afterwards, which aborts what is left of it."""
     prompts = [f"Story {i}: once upon a time, a robot" for i in range(num_prompts)]
-    big = requests.post(f"{url}/v1/completions", stream=True, timeout=600, json={
-        "model": MODEL, "prompt": prompts, "max_tokens": max_tokens, "stream": True})
-    stop = threading.Event()
-
-    def drain() -> None:
-        for _ in big.iter_lines():
-            if stop.is_set():
-                break
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    host, port = url.removeprefix("http://").split(":")
+    big = http.client.HTTPConnection(host, int(port))
+    big.request("POST", "/v1/completions", headers={"content-type": "application/json"}, body=json.dumps(
+        {"model": MODEL, "prompt": prompts, "max_tokens": max_tokens}))
     time.sleep(delay)
     latency = small_latency(url, give_up)
-    stop.set()
-    big.close()  # the server aborts the big request's remaining prompts
+    big.close()
     return latency
 
 
@@ -101,8 +96,10 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--give-up", type=float, default=120.0)
     parser.add_argument("--unfair", action="store_true", help="also run with fair admission off")
+    parser.add_argument("--windows", type=int, nargs="*", default=[], help="also run with these request windows")
     args = parser.parse_args()
     modes = [("fair admission (default window)", None)]
+    modes += [(f"fair admission, window {window}", window) for window in args.windows]
     if args.unfair:
         modes.append(("fair admission off", args.num_prompts * args.max_num_seqs))
     print(f"{args.num_prompts} prompts x {args.max_tokens} tokens, then an 8-token request {args.delay} s later; "
