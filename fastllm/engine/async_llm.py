@@ -97,8 +97,9 @@ class AsyncLLM:
 
     def __init__(self, config: EngineConfig, request_window: Optional[int] = None):
         """``request_window``: sequences one client request (a ``group``) may have in the engine
-        at once (default: three quarters of ``max_num_seqs``, so the batch always has room for
-        another request's sequences); see ``fastllm.engine.fair_admission``."""
+        at once (default: a sixteenth of ``max_num_seqs``, at least 4): a request arriving behind
+        a big one shares the batch with only that many of its sequences, so its steps stay short;
+        see ``fastllm.engine.fair_admission``."""
         self.engine = LLMEngine(config)
         self.config = config
         self.tokenizer = self.engine.tokenizer
@@ -114,7 +115,7 @@ class AsyncLLM:
         self._lock = threading.Lock()
         self._spec_retired = (0, 0)
         self.on_dead: list[Callable[[], None]] = []
-        self.admission = FairAdmission(request_window or config.max_num_seqs * 3 // 4)
+        self.admission = FairAdmission(request_window or max(4, config.max_num_seqs // 16))
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
 

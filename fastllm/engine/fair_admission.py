@@ -5,9 +5,10 @@ would fill its FCFS queue, and a one-prompt request sent a second later would wa
 of them. Here the engine requests of one group (one HTTP request) enter the engine only
 while the group has fewer than ``window`` sequences in it; the rest are held, and each
 departure lets the held requests in round-robin across groups. A request without a group,
-or a group's first request, always enters at once. With the window below the engine's
-``max_num_seqs``, a big request never fills the whole batch: a small one sent behind it
-finds a free row and starts at the next step.
+or a group's first request, always enters at once. With the window well below the engine's
+``max_num_seqs``, a big request never fills the batch: a small one sent behind it finds a
+free row, starts at the next step, and its steps are short (on a CPU a step's time grows
+with its rows). Many requests together still fill the batch, a window each.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_health_answers_while_a_big_request_is_admitted(server):
 
 
 def test_a_small_request_is_not_starved_by_a_big_one(server):
-    big = {"model": MODEL, "prompt": ["Count: 1, 2, 3,"] * 150, "max_tokens": 4, "ignore_eos": True}
+    big = {"model": MODEL, "prompt": ["Count: 1, 2, 3,"] * 40, "max_tokens": 4, "ignore_eos": True}
     done: dict[str, float] = {}
 
     def send(name: str, body: dict) -> None:

@@ -141,7 +141,7 @@ def _add_server_args(parser: argparse.ArgumentParser) -> None:
                                 default=field.default, help=f"{field.description} (default {field.default})")
     parser.add_argument("--request-window", type=int, default=None,
                         help="sequences of one request in the engine at once; the rest wait their turn, round-robin "
-                             "with other requests (default: three quarters of --max-num-seqs)")
+                             "with other requests (default: a sixteenth of --max-num-seqs, at least 4)")
     parser.add_argument("--uvicorn-log-level", default="info",
                         choices=["critical", "error", "warning", "info", "debug", "trace"])
     parser.add_argument("--trust-remote-code", action="store_true",
