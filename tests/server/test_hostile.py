@@ -245,6 +245,16 @@ def test_masked_logprobs_are_finite(server):
     assert -9999.0 in values  # five alternatives, at most two of them allowed by the grammar
 
 
+def test_a_grammar_that_leads_into_a_dead_end_ends_the_request(server):
+    body = {"model": MODEL, "prompt": "Say x:", "max_tokens": 20, "guided_grammar": 'root ::= "x" a\na ::= a',
+            "logprobs": 1, "ignore_eos": True}
+    answer = server.post("/v1/completions", json=body)
+    assert answer.ok, answer.text
+    choice = answer.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and answer.json()["usage"]["completion_tokens"] <= 2
+    assert all(lp >= -9999.0 for lp in choice["logprobs"]["token_logprobs"])
+
+
 def test_models_do_not_show_the_model_path(engine, server):
     text = server.get("/v1/models").text
     assert engine.config.model not in text and json.loads(text)["data"][0]["root"] == MODEL
