@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+# what one request may ask for: each sample's seed (seed + sample index) must fit the sampler's int64
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 1024
+MAX_TOKEN_ID_LIST = 4096  # stop_token_ids and logit_bias entries
+StopString = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS)]
 
 
 class GuidedDecodingParams(BaseModel):
@@ -41,15 +48,15 @@ class SamplingParams(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=SEED_MIN, le=SEED_MAX)
     max_tokens: Optional[int] = Field(16, ge=1)
     min_tokens: int = Field(0, ge=0)
-    stop: list[str] = Field(default_factory=list)
-    stop_token_ids: list[int] = Field(default_factory=list)
+    stop: list[StopString] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=MAX_TOKEN_ID_LIST)
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
-    bad_words: list[str] = Field(default_factory=list)
-    logit_bias: dict[int, float] = Field(default_factory=dict)
+    bad_words: list[StopString] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    logit_bias: dict[int, float] = Field(default_factory=dict, max_length=MAX_TOKEN_ID_LIST)
     logprobs: Optional[int] = Field(None, ge=0, le=20)
     prompt_logprobs: Optional[int] = Field(None, ge=0, le=20)
     skip_special_tokens: bool = True
@@ -79,6 +86,8 @@ class SamplingParams(BaseModel):
             raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.best_of is not None and self.best_of < self.n:
             raise ValueError(f"best_of ({self.best_of}) must be >= n ({self.n})")
+        if self.seed is not None and self.seed + max(self.n, self.best_of or 1) - 1 > SEED_MAX:
+            raise ValueError(f"seed must be at most {SEED_MAX} minus the number of samples")
         return self
 
     @property

@@ -12,7 +12,8 @@ from fastllm.chat.interface import (
     merge_deltas,
 )
 from fastllm.chat.parsers import reasoning_parser, split_tool_calls, tool_parser
-from fastllm.chat.template import ResolvedTemplate, TemplateFactory, render_chat, resolve_chat_template
+from fastllm.chat.template import (ResolvedTemplate, TemplateFactory, render_chat, resolve_chat_template,
+                                   template_source, template_variables)
 
 __all__ = [
     "BaseParser",
@@ -30,5 +31,7 @@ __all__ = [
     "render_chat",
     "resolve_chat_template",
     "split_tool_calls",
+    "template_source",
+    "template_variables",
     "tool_parser",
 ]

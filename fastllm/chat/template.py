@@ -80,22 +80,41 @@ def render_chat(
     add_generation_prompt: bool = True,
 ) -> str:
     """The prompt text of ``messages``; ``chat_template_kwargs`` reach the template as variables."""
-    extra = dict(chat_template_kwargs or {})
-    if clash := RESERVED_KWARGS & extra.keys():
-        raise ValueError(f"chat_template_kwargs may not set {', '.join(sorted(clash))}")
-    if resolved.source is None and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            "the tokenizer has no chat_template; pass --chat-template or set CONV_TEMPLATE to one of: "
-            + ", ".join(registry.names(KIND))
-        )
+    template_source(tokenizer, resolved, tools)
     return tokenizer.apply_chat_template(
         list(messages),
         tools=list(tools) if tools else None,
         chat_template=resolved.source,
         add_generation_prompt=add_generation_prompt,
         tokenize=False,
-        **extra,
+        **checked_kwargs(chat_template_kwargs),
     )
+
+
+def template_source(tokenizer: Any, resolved: ResolvedTemplate, tools: Sequence[Mapping[str, Any]] | None) -> str:
+    """The Jinja text that renders: the resolved one, else the tokenizer's (its tool-use variant with tools)."""
+    if resolved.source is not None:
+        return resolved.source
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the tokenizer has no chat_template; pass --chat-template or set CONV_TEMPLATE to one of: "
+            + ", ".join(registry.names(KIND))
+        )
+    return tokenizer.get_chat_template(None, list(tools) if tools else None)
+
+
+def template_variables(tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None,
+                       add_generation_prompt: bool = True) -> dict[str, Any]:
+    """What a template sees besides ``messages`` and ``tools``, as ``apply_chat_template`` passes it."""
+    return {**tokenizer.special_tokens_map, **checked_kwargs(chat_template_kwargs),
+            "add_generation_prompt": add_generation_prompt}
+
+
+def checked_kwargs(chat_template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    extra = dict(chat_template_kwargs or {})
+    if clash := RESERVED_KWARGS & extra.keys():
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(sorted(clash))}")
+    return extra
 
 
 def _explicit(value: str) -> ResolvedTemplate:

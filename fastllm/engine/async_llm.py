@@ -14,11 +14,14 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
+from fastllm.engine.fair_admission import FairAdmission
+from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.engine.request_state import RequestState
 from fastllm.outputs import RequestOutput
@@ -28,7 +31,13 @@ logger = logging.getLogger("fastllm")
 
 
 class EngineDeadError(RuntimeError):
-    """The engine loop stopped (a step raised, or the engine shut down); no request can run."""
+    """The engine loop stopped (it could not recover from an error, or the engine shut down)."""
+
+
+def internal_error(request_id: str) -> RequestError:
+    """What a client hears when its request failed inside the engine: a 500 naming only the request;
+    the exception itself goes to the log, never to the client."""
+    return RequestError(f"internal error while running request {request_id}; see the server log", code=500)
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ class _Add:
     chat_template_kwargs: Optional[dict[str, Any]]
     stream: _Stream
     lora_request: Optional[LoRARequest] = None
+    group: Optional[str] = None  # the client request it belongs to, for fair admission
 
 
 @dataclass
@@ -101,12 +111,22 @@ class AsyncLLM:
 
     Leaving the iteration early (a client that disconnects cancels it) aborts the
     request, which frees its KV blocks on the next engine iteration.
+
+    A step that raises fails the requests it may have touched (a 500 each) and the loop
+    goes on; only when cleaning up after it fails too does the loop stop, and then every
+    ``on_dead`` callback runs once, so a server can exit and be restarted by its supervisor
+    instead of answering 503 forever.
     """
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, request_window: Optional[int] = None):
+        """``request_window``: sequences one client request (a ``group``) may have in the engine
+        at once (default: a sixteenth of ``max_num_seqs``, at least 4): a request arriving behind
+        a big one shares the batch with only that many of its sequences, so its steps stay short;
+        see ``fastllm.engine.fair_admission``."""
         self.engine = LLMEngine(config)
         self.config = config
         self.tokenizer = self.engine.tokenizer
+        self.inputs = self.engine.inputs  # thread-safe: the server validates and tokenizes on its workers
         self.max_model_len = self.engine.max_model_len
         self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
                                  num_free_blocks=self.engine.kv_cache.num_free_blocks)
@@ -117,26 +137,29 @@ class AsyncLLM:
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
         self._lock = threading.Lock()
         self._spec_retired = (0, 0)
+        self.on_dead: list[Callable[[], None]] = []
+        self.admission = FairAdmission(request_window or max(4, config.max_num_seqs // 16))
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
 
     # ---- event-loop side ---------------------------------------------------------------------
     @property
     def num_pending(self) -> int:
-        """Requests not yet scheduled: the last snapshot's waiting ones plus those still in the inbox."""
-        return self.stats.num_requests_waiting + self._inbox.qsize()
+        """Requests not yet scheduled: the last snapshot's waiting ones, the held and the inbox's."""
+        return self.stats.num_requests_waiting + self.admission.num_held + self._inbox.qsize()
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
-                       params: SamplingParams,
-                       chat_template_kwargs: Optional[dict[str, Any]] = None,
-                       lora_request: Optional[LoRARequest] = None) -> AsyncIterator[RequestOutput]:
-        """Yield the request's latest output until it finishes; raises RequestError for bad input."""
+                       params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
+                       lora_request: Optional[LoRARequest] = None,
+                       group: Optional[str] = None) -> AsyncIterator[RequestOutput]:
+        """Yield the request's latest output until it finishes; raises RequestError for bad input.
+        Requests of one ``group`` are admitted a window at a time (``fastllm.engine.fair_admission``)."""
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
             self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream, lora_request))
+                                 chat_template_kwargs, stream, lora_request, group))
         finished = False
         try:
             while not finished:
@@ -183,13 +206,19 @@ class AsyncLLM:
                 self._drain_inbox(block=not self.engine.has_unfinished_requests())
                 self._publish_stats()
                 if self.engine.has_unfinished_requests():
-                    self._step()
-        except Exception as exc:  # a failed step leaves the engine in an unknown state
+                    try:
+                        self._step()
+                    except Exception:
+                        logger.exception("engine step failed; failing the requests it touched")
+                        self._fail_touched()
+        except Exception:  # the recovery itself failed: the engine's state is unknown
             logger.exception("engine loop failed; failing every in-flight request")
-            self.dead_error = EngineDeadError(f"engine loop failed: {exc!r}")
+            self.dead_error = EngineDeadError("the engine stopped after an internal error; see the server log")
         with self._lock:  # from here on nothing new gets in, so what is queued now is all that is left
             self._closed = True
         error = self.dead_error or EngineDeadError("the engine shut down")
+        for held in self.admission.held():
+            held.stream.put(error)
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
             if isinstance(item, _Add):
@@ -199,6 +228,9 @@ class AsyncLLM:
         for stream in self._streams.values():
             stream.put(error)
         self._streams.clear()
+        if self.dead_error is not None:
+            for callback in self.on_dead:
+                callback()
 
     def _drain_inbox(self, block: bool) -> None:
         item = self._inbox.get() if block else self._next_nowait()
@@ -224,19 +256,39 @@ class AsyncLLM:
             return None
 
     def _add(self, item: _Add) -> None:
-        try:
-            self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
-                                    item.arrival_time, item.chat_template_kwargs, lora_request=item.lora_request)
-        except Exception as exc:  # RequestError for bad input; anything else fails this request only
-            if not isinstance(exc, ValueError):
-                logger.exception("adding request %s failed", item.request_id)
-            item.stream.put(exc)
-            return
-        self._streams[item.request_id] = item.stream
+        if self.admission.offer(item):
+            self._enter_all([item])
+
+    def _leave(self, request_id: str) -> None:
+        """A request left the engine: let in the held requests its room admits."""
+        self._enter_all(self.admission.leave(request_id))
+
+    def _enter_all(self, items: list[_Add]) -> None:
+        """Add admitted requests to the engine; one refused there frees its room for the next."""
+        pending = deque(items)
+        while pending:
+            item = pending.popleft()
+            try:
+                self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
+                                        item.arrival_time, item.chat_template_kwargs,
+                                        lora_request=item.lora_request)
+            except Exception as exc:  # a bad request or a bug: this request fails alone, a bug's details logged
+                if not isinstance(exc, RequestError):
+                    logger.exception("adding request %s failed", item.request_id)
+                item.stream.put(exc if isinstance(exc, RequestError) else internal_error(item.request_id))
+                pending.extend(self.admission.leave(item.request_id))
+                continue
+            self._streams[item.request_id] = item.stream
 
     def _abort(self, item: _Abort) -> None:
+        held = self.admission.withdraw(item.request_id)
+        if held is not None:
+            if item.notify:
+                held.stream.put(EngineDeadError("the engine shut down"))
+            return
         self._retire(self.engine.requests.get(item.request_id))
         output = self.engine.abort_request(item.request_id)
+        self._leave(item.request_id)
         stream = self._streams.pop(item.request_id, None)
         if output is not None:
             logger.info("Aborted request %s", item.request_id)
@@ -251,12 +303,31 @@ class AsyncLLM:
         for output in outputs:
             if output.finished:
                 self._retire(live.get(output.request_id))
+                self._leave(output.request_id)
         self._publish_stats()
         for output in outputs:
             stream = self._streams.pop(output.request_id, None) if output.finished else self._streams.get(
                 output.request_id)
             if stream is not None:
                 stream.put(output)
+
+    def _fail_touched(self) -> None:
+        """After a step raised: drop the step in flight and fail every request with a sequence past
+        admission (running, computed or with a token in flight); requests still waiting untouched
+        keep their place, unless none was touched (then the fault lies with those)."""
+        self.engine.in_flight = None
+        running = set(map(id, self.engine.scheduler.running))
+        touched = [request_id for request_id, state in self.engine.requests.items()
+                   if any(s.seq.num_computed_tokens or s.seq.num_pending_tokens or s.seq.output_token_ids
+                          or id(s.seq) in running for s in state.samples)]
+        for request_id in touched or list(self.engine.requests):
+            self._retire(self.engine.requests.get(request_id))
+            self.engine.abort_request(request_id)
+            self._leave(request_id)
+            stream = self._streams.pop(request_id, None)
+            if stream is not None:
+                stream.put(internal_error(request_id))
+        self._publish_stats()
 
     def _retire(self, state: Optional[RequestState]) -> None:
         """Fold an ending request's speculative-decoding counts into the running totals."""

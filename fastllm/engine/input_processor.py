@@ -16,21 +16,52 @@ class RequestError(ValueError):
 
 
 class InputProcessor:
+    """The one admission check, shared by the server and ``LLM.generate``: whatever passes it
+    cannot make the engine loop raise."""
+
     def __init__(self, tokenizer: Optional[Any], max_model_len: int, vocab_size: int):
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
+        self._max_text_chars: Optional[int] = None
 
-    def tokenize(self, prompt: str) -> list[int]:
+    @property
+    def max_text_chars(self) -> int:
+        """The longest text that could still fit ``max_model_len`` tokens: no token covers more
+        characters than the longest vocabulary entry (counted generously, twice over), so a
+        longer text is refused before tokenizing it costs anything."""
+        if self._max_text_chars is None:
+            longest = max(map(len, self.tokenizer.get_vocab()), default=1) if self.tokenizer is not None else 1
+            self._max_text_chars = 2 * max(longest, 1) * self.max_model_len
+        return self._max_text_chars
+
+    def check_text_length(self, text: str) -> None:
+        if len(text) > self.max_text_chars:
+            raise RequestError(f"the prompt has {len(text)} characters, more than max_model_len="
+                               f"{self.max_model_len} tokens can hold")
+
+    def tokenize(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
         if self.tokenizer is None:
             raise RequestError("this model has no tokenizer: pass prompt token ids")
-        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        self.check_text_length(prompt)
+        return self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
+
+    def check_max_tokens(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """The server's rule (OpenAI's and vLLM's): the prompt plus ``max_tokens`` must fit."""
+        if num_prompt_tokens + max_tokens > self.max_model_len:
+            raise RequestError(
+                f"max_model_len is {self.max_model_len} tokens, but this request needs "
+                f"{num_prompt_tokens + max_tokens} ({num_prompt_tokens} in the prompt, {max_tokens} to "
+                "generate); shorten the prompt or lower max_tokens")
 
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if not prompt_token_ids:
             raise RequestError("the prompt is empty")
-        if any(not isinstance(t, int) or not 0 <= t < self.vocab_size for t in prompt_token_ids):
+        if any(type(t) is not int or not 0 <= t < self.vocab_size for t in prompt_token_ids):
             raise RequestError(f"prompt token ids must be integers in [0, {self.vocab_size})")
+        for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias)):
+            if any(not 0 <= t < self.vocab_size for t in ids):
+                raise RequestError(f"{name} token ids must be in [0, {self.vocab_size})")
         if len(prompt_token_ids) >= self.max_model_len:
             raise RequestError(
                 f"the prompt has {len(prompt_token_ids)} tokens; max_model_len is {self.max_model_len}, "
@@ -44,6 +75,6 @@ class InputProcessor:
         for word in params.bad_words:
             for variant in {word, " " + word.lstrip()}:
                 ids = self.tokenizer(variant, add_special_tokens=False)["input_ids"]
-                if ids and ids not in words:
+                if ids and ids not in words and all(0 <= t < self.vocab_size for t in ids):
                     words.append(ids)
         return words

@@ -22,7 +22,7 @@ def apply_logit_edits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tenso
             logits[i, token_id] = NEG_INF
         if len(row.output_token_ids) < params.min_tokens:
             stop_ids = list(row.seq.eos_token_ids) + list(params.stop_token_ids)
-            logits[i, [t for t in stop_ids if t < vocab]] = NEG_INF
+            logits[i, [t for t in stop_ids if 0 <= t < vocab]] = NEG_INF
     if batch.any_penalties:
         _apply_penalties(logits, batch)
     return logits

@@ -16,13 +16,12 @@ from typing import Iterator
 import openai
 import pytest
 import requests
-import uvicorn
 
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
 from fastllm.entrypoints.openai.api_server import build_app
 from fastllm.entrypoints.openai.server_config import ServerConfig
-from fastllm.entrypoints.openai.api_server import DrainingServer
+from fastllm.entrypoints.openai.api_server import DrainingServer, uvicorn_config
 
 MODEL = "smol"
 HOST = "127.0.0.1"
@@ -66,10 +65,10 @@ def free_port() -> int:
 
 def start_server(engine: AsyncLLM, **config) -> RunningServer:
     config.setdefault("served_model_names", [MODEL])
-    app = build_app(engine, ServerConfig(disable_log_requests=True, **config))
+    config.setdefault("disable_log_requests", True)
+    app = build_app(engine, ServerConfig(**config))
     port = free_port()
-    server = DrainingServer(uvicorn.Config(app, host=HOST, port=port, log_level="warning",
-                                           timeout_graceful_shutdown=30), app.state.serving)
+    server = DrainingServer(uvicorn_config(app, HOST, port, log_level="warning"), app.state.serving)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     deadline = time.time() + 30

@@ -41,6 +41,11 @@ NO_OPS = {
 }
 
 
+# ServerConfig fields that are flags of the same name, help text and default taken from the field
+LIMIT_FLAGS = ("max_prompts_per_request", "max_sequences_per_request", "limit_concurrency", "timeout_keep_alive",
+               "header_timeout", "body_timeout", "enable_docs")
+
+
 def env_default(name: str, convert: Callable[[str], Any]) -> Any:
     """A flag's default from its environment variable, for flags whose ``type`` argparse cannot apply."""
     return convert(os.environ[name]) if name in os.environ else None
@@ -74,8 +79,9 @@ def check_plugins(config: EngineConfig) -> None:
 
 
 def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfig) -> ServerConfig:
+    # by default the model's file or folder name: /v1/models must not show where the weights lie
     names = args.served_model_name or _env_list(os.environ.get("SERVED_MODEL_NAME") or os.environ.get(
-        "MODEL_ID") or "") or [engine_config.model]
+        "MODEL_ID") or "") or [os.path.basename(engine_config.model.rstrip("/")) or engine_config.model]
     try:
         return ServerConfig(served_model_names=names, api_keys=_env_list(" ".join(args.api_keys or [])),
                             disable_log_requests=bool(args.disable_log_requests),
@@ -84,7 +90,8 @@ def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfi
                             max_request_body_bytes=args.max_request_body_bytes,
                             lora_modules=lora_modules(args.lora_modules or []),
                             allow_runtime_lora_updating=bool(args.allow_runtime_lora_updating),
-                            shutdown_timeout=args.shutdown_timeout)
+                            shutdown_timeout=args.shutdown_timeout,
+                            **{name: getattr(args, name) for name in LIMIT_FLAGS})
     except ValidationError as exc:
         raise invalid_settings(exc) from None
 
@@ -117,12 +124,15 @@ def run(args: argparse.Namespace) -> int:
     engine_config = engine_config_from_args(args, **({"enable_lora": True} if runtime_lora else {}))
     check_plugins(engine_config)
     server_config = server_config_from_args(args, engine_config)
-    engine = AsyncLLM(engine_config)
+    engine = AsyncLLM(engine_config, request_window=args.request_window)
     try:
         run_server(build_app(engine, server_config), args.host, args.port, server_config.shutdown_timeout,
                    args.uvicorn_log_level)
     finally:
         engine.shutdown(server_config.shutdown_timeout)
+    if engine.dead_error is not None:
+        logger.error("the engine loop died; exiting so that a supervisor can restart the server")
+        return 1
     return 0
 
 
@@ -143,6 +153,17 @@ def _add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-request-body-bytes", type=int, default=16 * 2**20)
     parser.add_argument("--shutdown-timeout", type=float, default=30.0,
                         help="seconds in-flight requests get to finish after SIGTERM")
+    limits = ServerConfig.model_fields
+    for name in LIMIT_FLAGS:
+        field = limits[name]
+        if field.annotation is bool:
+            parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=field.description)
+        else:
+            parser.add_argument(f"--{name.replace('_', '-')}", type=float if field.annotation is float else int,
+                                default=field.default, help=f"{field.description} (default {field.default})")
+    parser.add_argument("--request-window", type=int, default=None,
+                        help="sequences of one request in the engine at once; the rest wait their turn, round-robin "
+                             "with other requests (default: a sixteenth of --max-num-seqs, at least 4)")
     parser.add_argument("--uvicorn-log-level", default="info",
                         choices=["critical", "error", "warning", "info", "debug", "trace"])
     parser.add_argument("--trust-remote-code", action="store_true",

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 import fastllm
 from fastllm.engine.async_llm import AsyncLLM
 from fastllm.entrypoints.openai.errors import install_error_handlers
+from fastllm.entrypoints.openai.http_protocol import header_timeout_protocol
 from fastllm.entrypoints.openai.middleware import RequestGuard
 from fastllm.entrypoints.openai.protocol import (LoadLoRAAdapterRequest, ModelCard, ModelList,
                                                  UnloadLoRAAdapterRequest)
@@ -37,10 +38,15 @@ def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
     ctx = ServingContext(engine, config, ServingMetrics(registry, engine.max_model_len))
     completions, chat = CompletionServing(ctx), ChatServing(ctx)
 
-    app = FastAPI(title="fastllm OpenAI-compatible server", version=fastllm.__version__)
+    # the API's schema and playground are not for whoever finds the port of a keyed server
+    docs = not config.api_keys or config.enable_docs
+    app = FastAPI(title="fastllm OpenAI-compatible server", version=fastllm.__version__,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
+                  openapi_url="/openapi.json" if docs else None)
     app.state.serving = ctx
     install_error_handlers(app)
-    app.add_middleware(RequestGuard, api_keys=config.api_keys, max_body_bytes=config.max_request_body_bytes)
+    app.add_middleware(RequestGuard, api_keys=config.api_keys, max_body_bytes=config.max_request_body_bytes,
+                       body_timeout=config.body_timeout)
 
     @app.get("/health")
     async def health() -> Response:
@@ -58,10 +64,11 @@ def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> ModelList:
-        base = [ModelCard(id=name, root=engine.config.model, max_model_len=engine.max_model_len)
+        # root is the served name, not engine.config.model: where the weights lie is the operator's business
+        base = [ModelCard(id=name, root=name, max_model_len=engine.max_model_len)
                 for name in config.served_model_names]
-        adapters = [ModelCard(id=name, root=request.lora_path, parent=config.served_model_names[0],
-                              max_model_len=engine.max_model_len) for name, request in ctx.adapters.items()]
+        adapters = [ModelCard(id=name, root=name, parent=config.served_model_names[0],
+                              max_model_len=engine.max_model_len) for name in ctx.adapters]
         return ModelList(data=base + adapters)
 
     if config.allow_runtime_lora_updating:
@@ -105,9 +112,19 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def uvicorn_config(app: FastAPI, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+    """uvicorn with the server's connection limits: concurrency, keep-alive, header deadline."""
+    config: ServerConfig = app.state.serving.config
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          timeout_graceful_shutdown=config.shutdown_timeout + CANCEL_GRACE_SECONDS,
+                          limit_concurrency=config.limit_concurrency, timeout_keep_alive=config.timeout_keep_alive,
+                          http=header_timeout_protocol(config.header_timeout))
+
+
 def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
     """Serve until SIGTERM/SIGINT, then give in-flight requests ``shutdown_timeout`` seconds and return.
 
+    If the engine loop dies, the server stops too (the caller then exits non-zero).
     The signal also starts the engine's own shutdown beside uvicorn's: it lets running
     requests finish for ``shutdown_timeout`` seconds, then aborts the rest, so their
     clients get a last chunk with ``finish_reason: "abort"`` and a clean end instead of
@@ -119,11 +136,13 @@ def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
     ctx: ServingContext = app.state.serving
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=shutdown_timeout + CANCEL_GRACE_SECONDS)
+    config = uvicorn_config(app, host, port, log_level)
+    config.timeout_graceful_shutdown = shutdown_timeout + CANCEL_GRACE_SECONDS
 
     def drain_engine() -> None:
         threading.Thread(target=ctx.engine.shutdown, args=(shutdown_timeout,), name="fastllm-drain",
                          daemon=True).start()
 
-    DrainingServer(config, ctx, drain_engine).run()
+    server = DrainingServer(config, ctx, drain_engine)
+    ctx.engine.on_dead.append(lambda: setattr(server, "should_exit", True))  # exit; a supervisor restarts us
+    server.run()

@@ -8,6 +8,7 @@ an unexpected exception a 500 that does not leak a traceback.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Optional, Union
 
 from fastapi import FastAPI, Request
@@ -20,8 +21,8 @@ from fastllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 logger = logging.getLogger("fastllm")
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-               500: "internal_server_error", 503: "service_unavailable"}
+               405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+               429: "rate_limit_error", 500: "internal_server_error", 503: "service_unavailable"}
 
 
 class OpenAIError(Exception):
@@ -70,5 +71,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("internal error on %s", request.url.path)
-        return JSONResponse(error_body(500, f"internal server error: {type(exc).__name__}"), status_code=500)
+        error_id = uuid.uuid4().hex
+        logger.exception("internal error %s on %s", error_id, request.url.path)
+        return JSONResponse(error_body(500, f"internal server error {error_id}; see the server log"),
+                            status_code=500)

@@ -7,6 +7,7 @@ no tokenization, no engine work. Only the OpenAI routes (``/v1/...``) need a key
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from typing import Optional
@@ -20,10 +21,11 @@ PROTECTED_PREFIX = "/v1"
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, api_keys: list[str], max_body_bytes: int):
+    def __init__(self, app: ASGIApp, api_keys: list[str], max_body_bytes: int, body_timeout: float = 30.0):
         self.app = app
         self.api_keys = [key.encode() for key in api_keys]
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,14 +50,22 @@ class RequestGuard:
         return any(hmac.compare_digest(token.strip(), key) for key in self.api_keys)
 
     def _counting(self, receive: Receive) -> Receive:
-        """A body sent without Content-Length (chunked) is counted as it arrives."""
+        """A body sent without Content-Length (chunked) is counted as it arrives; each part of it
+        must arrive within ``body_timeout`` seconds (a slow body holds no connection forever)."""
         received = 0
+        complete = False
 
         async def receive_with_limit() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, complete
+            if complete:  # after the body only a disconnect can come, whenever it comes
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout)
+            except asyncio.TimeoutError:
+                raise HTTPException(408, f"the request body did not arrive within {self.body_timeout} s") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if received > self.max_body_bytes:
                     raise HTTPException(413, f"request body exceeds the limit of {self.max_body_bytes} bytes")
             return message

@@ -3,6 +3,9 @@
 Ranges are OpenAI's (temperature 0..2, penalties -2..2, ...), tighter than what
 SamplingParams accepts, so a request the OpenAI API would refuse is refused here
 with a 400 as well. Unknown fields are ignored, as OpenAI-compatible servers do.
+Request models are strict: ``true`` is not an integer and ``"3"`` is not a number,
+and text holding a lone surrogate (which no tokenizer and no JSON encoder takes) is
+refused before anything else looks at it.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
@@ -18,6 +21,30 @@ from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 
 class OpenAIModel(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class RequestModel(OpenAIModel):
+    """What a client sends: no type coercion (a bool is no int, a string no number)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
+
+
+def check_unicode(value: Any) -> Any:
+    """Refuse any string (value or key, at any depth) that is not encodable Unicode."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("text must be valid Unicode; lone surrogates (\\ud800-\\udfff) are refused") from None
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return value
 
 
 class ErrorInfo(OpenAIModel):
@@ -66,32 +93,32 @@ class ModelList(OpenAIModel):
     data: list[ModelCard]
 
 
-class LoadLoRAAdapterRequest(BaseModel):
+class LoadLoRAAdapterRequest(RequestModel):
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
 
 
-class UnloadLoRAAdapterRequest(BaseModel):
+class UnloadLoRAAdapterRequest(RequestModel):
     lora_name: str = Field(min_length=1)
 
 
-class StreamOptions(OpenAIModel):
+class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class JsonSchemaFormat(OpenAIModel):
+class JsonSchemaFormat(RequestModel):
     name: str = "response"
     description: Optional[str] = None
     json_schema: Optional[dict[str, Any]] = Field(None, alias="schema")
     strict: Optional[bool] = None
 
 
-class ResponseFormat(OpenAIModel):
+class ResponseFormat(RequestModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: Optional[JsonSchemaFormat] = None
 
 
-class SamplingRequest(OpenAIModel):
+class SamplingRequest(RequestModel):
     """The sampling fields both /v1/completions and /v1/chat/completions accept."""
 
     model: Optional[str] = None
@@ -119,6 +146,29 @@ class SamplingRequest(OpenAIModel):
     guided_regex: Optional[str] = None
     guided_choice: Optional[list[str]] = None
     guided_grammar: Optional[str] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        return check_unicode(value)
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _bias_keys(cls, value: Any) -> Any:
+        """JSON object keys are strings: a key is a token id written in decimal digits."""
+        if not isinstance(value, dict):
+            return value
+        keys = {key: int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 19 else key
+                for key in value}
+        if any(not isinstance(key, int) for key in keys.values()):
+            raise ValueError("logit_bias keys must be token ids written as decimal integers")
+        return {keys[key]: bias for key, bias in value.items()}
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> "SamplingRequest":
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed with stream=true")
+        return self
 
     def guided_decoding(self) -> Optional[GuidedDecodingParams]:
         """response_format or the guided_* fields as one GuidedDecodingParams (at most one may be set)."""

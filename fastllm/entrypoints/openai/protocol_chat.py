@@ -11,22 +11,24 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
-from fastllm.entrypoints.openai.protocol import OpenAIModel, SamplingRequest, UsageInfo
+from fastllm.entrypoints.openai.protocol import OpenAIModel, RequestModel, SamplingRequest, UsageInfo
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
-class FunctionCall(OpenAIModel):
+class FunctionCall(RequestModel):
     name: Optional[str] = None
     arguments: Optional[str] = None
 
 
-class ToolCall(OpenAIModel):
+class ToolCall(RequestModel):
     index: Optional[int] = None
     id: Optional[str] = None
     type: Optional[Literal["function"]] = "function"
     function: FunctionCall
 
 
-class ChatMessage(OpenAIModel):
+class ChatMessage(RequestModel):
     role: Optional[str] = None
     content: Optional[Union[str, list[dict[str, Any]]]] = None
     reasoning_content: Optional[str] = None
@@ -35,22 +37,22 @@ class ChatMessage(OpenAIModel):
     tool_call_id: Optional[str] = None
 
 
-class FunctionDefinition(OpenAIModel):
+class FunctionDefinition(RequestModel):
     name: str
     description: Optional[str] = None
     parameters: Optional[dict[str, Any]] = None
 
 
-class Tool(OpenAIModel):
+class Tool(RequestModel):
     type: Literal["function"] = "function"
     function: FunctionDefinition
 
 
-class NamedFunction(OpenAIModel):
+class NamedFunction(RequestModel):
     name: str
 
 
-class NamedToolChoice(OpenAIModel):
+class NamedToolChoice(RequestModel):
     type: Literal["function"] = "function"
     function: NamedFunction
 
@@ -69,6 +71,8 @@ class ChatCompletionRequest(SamplingRequest):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ChatCompletionRequest":
+        if any(message.role not in ROLES for message in self.messages):
+            raise ValueError(f"every message needs a role, one of {', '.join(sorted(ROLES))}")
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs=true")
         if self.tool_choice not in (None, "none") and not self.tools:

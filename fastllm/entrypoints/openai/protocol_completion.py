@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from typing import Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from fastllm.entrypoints.openai.protocol import OpenAIModel, SamplingRequest, UsageInfo
 
-PromptInput = Union[str, list[str], list[int], list[list[int]]]
+PromptInput = Union[str, list[str], list[StrictInt], list[list[StrictInt]]]
 
 
 class CompletionRequest(SamplingRequest):

@@ -2,7 +2,8 @@
 
 The template and the tool parser are chosen once at start-up (fastllm.chat's
 resolution order), so a bad ``--chat-template`` or ``--tool-call-parser`` stops
-the server before it listens; a request may still bring its own template.
+the server before it listens; a request may still bring its own template text
+(never a path: only the operator's ``--chat-template`` may name a file).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from fastllm.chat import ResolvedTemplate, render_chat, resolve_chat_template, tool_parser
+from fastllm.chat import ResolvedTemplate, resolve_chat_template, template_source, template_variables, tool_parser
+from fastllm.chat.sandbox import TemplateRenderer
 from fastllm.entrypoints.openai.chat_choice import ChoiceStream
 from fastllm.entrypoints.openai.chat_tools import check_tool_choice, forced_guided_decoding
 from fastllm.entrypoints.openai.errors import OpenAIError, error_body
-from fastllm.entrypoints.openai.logprobs import chat_logprobs
+from fastllm.entrypoints.openai.logprobs import chat_logprobs, finite
 from fastllm.entrypoints.openai.protocol import UsageInfo
 from fastllm.entrypoints.openai.protocol_chat import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse,
                                                       ChatMessage)
@@ -61,23 +63,36 @@ class ChatServing:
         self.tool_parser = tool_parser(parser_name, ctx.tokenizer) if parser_name else None
         self.auto_tools = self.tool_parser is not None and (
             ctx.config.enable_auto_tool_choice or self.template.tool_call_parser is not None)
+        self.renderer = TemplateRenderer(max_chars=ctx.engine.inputs.max_text_chars)
 
     async def create(self, request: ChatCompletionRequest, raw: Request) -> Response:
         return await self.ctx.counted(self._create(request, raw))
 
     def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
+        """Rendered in the template sandbox (``fastllm.chat.sandbox``); blocks, so run it off the loop."""
         try:
-            template = (resolve_chat_template(self.ctx.tokenizer, self.ctx.engine.config.model, request.chat_template)
-                        if request.chat_template else self.template)
+            # a request's template is template text, never a file or a name: only the operator's may be
+            template = ResolvedTemplate(request.chat_template, None) if request.chat_template else self.template
             tools = ([tool.model_dump(exclude_none=True) for tool in request.tools]
                      if request.tools and request.effective_tool_choice != "none" else None)
-            prompt = render_chat(self.ctx.tokenizer, template, template_messages(request.messages), tools=tools,
-                                 chat_template_kwargs=request.chat_template_kwargs)
+            tokenizer = self.ctx.tokenizer
+            prompt = self.renderer.render(template_source(tokenizer, template, tools),
+                                          template_messages(request.messages), tools,
+                                          template_variables(tokenizer, request.chat_template_kwargs))
         except OpenAIError:
             raise
         except Exception as exc:  # a template error is the request's (or the template's): report, keep serving
             raise OpenAIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
         return prompt, template
+
+    def _check_size(self, request: ChatCompletionRequest) -> None:
+        """Messages whose text alone is longer than any prompt that fits are refused before rendering."""
+        chars = sum(len(m.content) if isinstance(m.content, str)
+                    else sum(len(str(part.get("text", ""))) for part in m.content)
+                    for m in request.messages if m.content)
+        if chars > self.renderer.max_chars:
+            raise OpenAIError(400, f"the messages hold {chars} characters, more than max_model_len="
+                                   f"{self.ctx.engine.max_model_len} tokens can hold", "messages")
 
     def _params(self, request: ChatCompletionRequest, template: ResolvedTemplate, prompt_len: int) -> SamplingParams:
         max_tokens = (request.max_completion_tokens or request.max_tokens
@@ -103,11 +118,13 @@ class ChatServing:
         model = ctx.model_name(request.model)
         ctx.admit()
         check_tool_choice(request, self.auto_tools)
-        prompt, template = self._prompt(request)
-        prompt_token_ids = ctx.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        self._check_size(request)
+        prompt, template = await ctx.off_loop(lambda: self._prompt(request))
+        prompt_token_ids = await ctx.off_loop(lambda: ctx.engine.inputs.tokenize(prompt, add_special_tokens=False))
         params = self._params(request, template, len(prompt_token_ids))
+        await ctx.off_loop(lambda: ctx.prompt_token_ids([prompt_token_ids], params))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
-        ctx.log_request(request_id, prompt, params)
+        ctx.log_request(request_id, prompt_token_ids, params)
         streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs,
                               ctx.lora_request(model))]
         if request.stream:
@@ -135,7 +152,7 @@ class ChatServing:
         return ChatChoice(index=completion.index, message=content if as_message else None,
                           delta=None if as_message else content, logprobs=logprobs, finish_reason=finish_reason,
                           stop_reason=completion.stop_reason if finish_reason else None,
-                          sentence_length=len(completion.text), cum_log_probs=completion.cumulative_logprob)
+                          sentence_length=len(completion.text), cum_log_probs=finite(completion.cumulative_logprob))
 
     async def _events(self, request_id: str, model: str, request: ChatCompletionRequest,
                       firsts: list[RequestOutput], streams: list[OutputStream]) -> AsyncIterator[str]:

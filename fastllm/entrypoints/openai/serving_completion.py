@@ -16,7 +16,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fastllm.entrypoints.openai.errors import OpenAIError, error_body
-from fastllm.entrypoints.openai.logprobs import completion_logprobs
+from fastllm.entrypoints.openai.logprobs import completion_logprobs, finite
 from fastllm.entrypoints.openai.protocol import UsageInfo
 from fastllm.entrypoints.openai.protocol_completion import CompletionChoice, CompletionRequest, CompletionResponse
 from fastllm.entrypoints.openai.serving_context import ServingContext
@@ -63,12 +63,21 @@ class CompletionServing:
         params = ctx.sampling_params(lambda: request.sampling_params(
             request.max_tokens, request.logprobs, echo_logprobs, n=num_samples))
         request_id = f"cmpl-{uuid.uuid4().hex}"
+        prompts = request.prompts()
+        limits = ctx.config
+        if len(prompts) > limits.max_prompts_per_request:
+            raise OpenAIError(400, f"{len(prompts)} prompts exceed the limit of {limits.max_prompts_per_request} "
+                                   "per request", "prompt")
+        if len(prompts) * num_samples > limits.max_sequences_per_request:
+            raise OpenAIError(400, f"{len(prompts)} prompts x {num_samples} samples exceed the limit of "
+                                   f"{limits.max_sequences_per_request} sequences per request", "n")
+        token_lists = await ctx.off_loop(lambda: ctx.prompt_token_ids(prompts, params))
         streams: list[OutputStream] = []
-        for index, prompt in enumerate(request.prompts()):
-            text, token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
-            ctx.log_request(f"{request_id}-{index}", prompt, params)
+        for index, (prompt, token_ids) in enumerate(zip(prompts, token_lists)):
+            ctx.log_request(f"{request_id}-{index}", token_ids, params)
+            text = prompt if isinstance(prompt, str) else None
             streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params,
-                                      lora_request=ctx.lora_request(model)))
+                                      lora_request=ctx.lora_request(model), group=request_id))
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),
@@ -95,7 +104,7 @@ class CompletionServing:
                                            view.logprobs[sent.tokens:], sent.chars)
         return CompletionChoice(index=index, text=view.text[sent.chars:], logprobs=logprobs,
                                 finish_reason=completion.finish_reason, stop_reason=completion.stop_reason,
-                                sentence_length=len(view.text), cum_log_probs=completion.cumulative_logprob)
+                                sentence_length=len(view.text), cum_log_probs=finite(completion.cumulative_logprob))
 
     def _response(self, request_id: str, model: str, request: CompletionRequest,
                   finals: list[RequestOutput]) -> CompletionResponse:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Awaitable, Callable, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
 
 from fastapi.responses import Response
 from pydantic import ValidationError
@@ -21,7 +22,9 @@ from fastllm.metrics import ServingMetrics
 from fastllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("fastllm")
-LOGGED_PROMPT_CHARS = 200
+T = TypeVar("T")
+# threads that render and tokenize prompts, so neither the event loop nor the engine thread waits on them
+FRONTEND_WORKERS = 4
 
 
 class ServingContext:
@@ -38,6 +41,27 @@ class ServingContext:
         self.adapters = {name: LoRARequest(name, i + 1, path)
                          for i, (name, path) in enumerate(config.lora_modules.items())}
         self._adapter_ids = itertools.count(len(self.adapters) + 1)
+        self.workers = ThreadPoolExecutor(FRONTEND_WORKERS, thread_name_prefix="fastllm-frontend")
+
+    async def off_loop(self, work: Callable[[], T]) -> T:
+        """``work()`` on a front-end worker thread; a RequestError it raises is the client's 400."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.workers, work)
+        except RequestError as exc:
+            raise OpenAIError(exc.code, str(exc)) from exc
+
+    def prompt_token_ids(self, prompts: list[Union[str, list[int]]], params: SamplingParams,
+                         add_special_tokens: bool = True) -> list[list[int]]:
+        """Every prompt tokenized and admitted (vocabulary, lengths, ``max_tokens`` within
+        ``max_model_len``); run it through ``off_loop``."""
+        inputs, admitted = self.engine.inputs, []
+        for prompt in prompts:
+            token_ids = inputs.tokenize(prompt, add_special_tokens) if isinstance(prompt, str) else prompt
+            inputs.validate(token_ids, params)
+            if params.max_tokens is not None:
+                inputs.check_max_tokens(len(token_ids), params.max_tokens)
+            admitted.append(token_ids)
+        return admitted
 
     async def counted(self, handling: Awaitable[Response]) -> Response:
         """Count one HTTP request as received, and as failed if handling it raises (any error, 4xx or 5xx).
@@ -53,8 +77,8 @@ class ServingContext:
 
     def model_name(self, requested: Optional[str]) -> str:
         """The name to answer with; a name this server does not serve is a 404."""
-        if requested is None or requested == "":
-            return self.config.served_model_names[0]
+        if requested is None or requested == "" or requested == self.engine.config.model:
+            return self.config.served_model_names[0]  # the model's path still works, though never listed
         if requested not in self.config.served_model_names and requested not in self.adapters:
             raise OpenAIError(404, f"the model `{requested}` does not exist; this server serves "
                                    f"{', '.join([*self.config.served_model_names, *self.adapters])}",
@@ -108,14 +132,16 @@ class ServingContext:
         except (ValidationError, ValueError) as exc:
             raise OpenAIError(400, str(exc)) from exc
 
-    def log_request(self, request_id: str, prompt: Any, params: SamplingParams) -> None:
+    def log_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Sizes and knobs only: prompt text, stop strings and grammars are the client's data."""
         if not self.config.disable_log_requests:
-            logger.info("Received request %s: prompt: %r, params: %s", request_id,
-                        str(prompt)[:LOGGED_PROMPT_CHARS], params.model_dump(exclude_defaults=True))
+            logger.info("Received request %s: %d prompt tokens, params: %s", request_id, len(prompt_token_ids),
+                        params.model_dump(exclude_defaults=True, exclude={"stop", "bad_words", "guided_decoding",
+                                                                          "logit_bias"}))
 
     async def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                      params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
-                     lora_request: Optional[LoRARequest] = None) -> OutputStream:
+                     lora_request: Optional[LoRARequest] = None, group: Optional[str] = None) -> OutputStream:
         """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
 
         Closing or cancelling this stream before the request finished (a client that left,
@@ -124,7 +150,7 @@ class ServingContext:
         finished = False
         try:
             async for output in self.engine.generate(request_id, prompt, prompt_token_ids, params,
-                                                     chat_template_kwargs, lora_request):
+                                                     chat_template_kwargs, lora_request, group):
                 if output.finished:
                     finished = True
                     self.metrics.on_engine_request_finished(output, lora_request and lora_request.lora_name)

@@ -41,7 +41,7 @@ class XGrammarBackend:
         spec = grammar_spec(params)
         try:
             return self._compile_cached(spec)
-        except RuntimeError as exc:
+        except (RuntimeError, TypeError) as exc:
             raise ValueError(f"{spec.kind}: {_LOG_PREFIX.sub('', str(exc)).strip()}") from None
 
     def new_matcher(self, compiled: xgr.CompiledGrammar) -> xgr.GrammarMatcher:
@@ -54,10 +54,14 @@ class XGrammarBackend:
 
         The next masks are filled in ``apply_bitmask``, not here on a worker thread: on the
         H100 (64 guided rows, 8B model) filling ahead on a worker made the fill 1.6x slower and
-        the host's CPU time 6x higher (contention with xgrammar's own threads)."""
-        for matcher, token in zip(matchers, token_ids):
-            matcher.accept_token(token)
-        return [token in self.stop_token_ids and matcher.is_terminated() for matcher, token in zip(matchers, token_ids)]
+        the host's CPU time 6x higher (contention with xgrammar's own threads).
+
+        A live sequence's token is rejected only when its mask allowed nothing (a grammar that
+        leads into a dead end, ``root ::= "x" a  a ::= a``): that sequence ends there, instead of
+        sampling from all-masked logits until max_tokens."""
+        accepted = [matcher.accept_token(token) for matcher, token in zip(matchers, token_ids)]
+        return [not ok or (token in self.stop_token_ids and matcher.is_terminated())
+                for matcher, token, ok in zip(matchers, token_ids, accepted)]
 
     def apply_bitmask(self, logits: torch.Tensor, matchers: Sequence[Optional[xgr.GrammarMatcher]]) -> None:
         self.bitmask.apply(logits, matchers)
@@ -67,6 +71,16 @@ class XGrammarBackend:
         return self._compile_cached.cache_info()
 
     def _compile_spec(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
+        """A grammar that allows no first token (``a ::= a``, a schema that only refers to itself)
+        is refused here: masked with it, every logit would be -inf."""
+        compiled = self._compile_source(spec)
+        first = xgr.allocate_token_bitmask(1, self.bitmask.vocab_size)
+        xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first)
+        if not first.any():
+            raise ValueError(f"{spec.kind}: the grammar accepts no output")
+        return compiled
+
+    def _compile_source(self, spec: GrammarSpec) -> xgr.CompiledGrammar:
         if spec.kind == "json_schema":
             return self.compiler.compile_json_schema(spec.source, any_whitespace=False)
         if spec.kind == "json_object":
