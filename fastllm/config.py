@@ -46,6 +46,10 @@ class EngineConfig(BaseModel):
     speculative_config: Optional[dict[str, Any]] = None
     structured_output_backend: str = "xgrammar"
     hf_overrides: dict[str, Any] = Field(default_factory=dict)
+    enable_mm: bool = False  # accepted for FastDeploy: multimodal is on whenever the model is a VL model
+    limit_mm_per_prompt: dict[str, int] = Field(default_factory=lambda: {"image": 16, "video": 1})
+    allowed_local_media_path: Optional[str] = None  # media files readable by path (LLM: any)
+    allowed_media_domains: Optional[list[str]] = None  # the server fetches remote media only from these
 
     @model_validator(mode="after")
     def _block_size_power_of_two(self) -> "EngineConfig":

@@ -40,6 +40,7 @@ class LLM:
                  num_gpu_blocks_override: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
                  kv_cache_ratio: float = 0.75, enable_prefix_caching: bool = False,
                  quantization: Optional[str] = None, reasoning_parser: Optional[str] = None, **kwargs: Any):
+        kwargs.setdefault("allowed_local_media_path", "/")  # offline, the caller's own files
         self.config = EngineConfig(
             model=model, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
             block_size=block_size, max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
@@ -74,12 +75,13 @@ class LLM:
         for prompt, params in zip(prompt_list, params_list):
             request_id = str(next(self._ids))
             order.append(request_id)
-            text, token_ids = self._split_prompt(prompt)
+            text, token_ids, media = self._split_prompt(prompt)
             try:
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
-                                        chat_template_kwargs=chat_template_kwargs, final_output_only=True)
+                                        chat_template_kwargs=chat_template_kwargs, final_output_only=True,
+                                        multimodal_data=media)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)
@@ -146,11 +148,12 @@ class LLM:
         return params
 
     @staticmethod
-    def _split_prompt(prompt: PromptType) -> tuple[Optional[str], Optional[list[int]]]:
+    def _split_prompt(prompt: PromptType) -> tuple[Optional[str], Optional[list[int]], Optional[dict[str, Any]]]:
+        """(text, token ids, media); media under FastDeploy's ``multimodal_data`` or vLLM's
+        ``multi_modal_data``."""
         if isinstance(prompt, str):
-            return prompt, None
+            return prompt, None, None
         if isinstance(prompt, dict):
-            if "multimodal_data" in prompt:
-                raise RequestError("multimodal prompts are not supported by this build")
-            return prompt.get("prompt"), prompt.get("prompt_token_ids")
-        return None, list(prompt)
+            media = prompt.get("multimodal_data", prompt.get("multi_modal_data"))
+            return prompt.get("prompt"), prompt.get("prompt_token_ids"), media
+        return None, list(prompt), None

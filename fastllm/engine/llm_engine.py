@@ -21,6 +21,8 @@ from fastllm.engine.scheduler import ScheduledSequence, Scheduler
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
+from fastllm.models.interface import promote_text_config
+from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -64,7 +66,9 @@ class LLMEngine:
         self.hf_config = loader.load_config(config.model)
         for key, value in config.hf_overrides.items():
             setattr(self.hf_config, key, value)
+        promote_text_config(self.hf_config)
         self.tokenizer = load_tokenizer(loader, config.model, config.tokenizer)
+        self.multimodal = self._multimodal_processor()
         model_len = getattr(self.hf_config, "max_position_embeddings", None) or 2048
         if config.max_model_len and config.max_model_len > model_len:
             raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's "
@@ -130,6 +134,11 @@ class LLMEngine:
         entry = entries.get(self.config.structured_output_backend)
         return entry.factory(self.tokenizer, self.hf_config.vocab_size) if entry and self.tokenizer else None
 
+    def _multimodal_processor(self) -> Any:
+        """The architecture's image/video processor plugin, or None for a text-only model."""
+        entry = registry.entries("multimodal_processors").get((self.hf_config.architectures or [""])[0])
+        return entry.factory(self.hf_config, self.tokenizer, self.config.model) if entry else None
+
     def _speculative_decoder(self) -> Any:
         spec = self.config.speculative_config
         if not spec:
@@ -147,14 +156,20 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
-                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False) -> None:
+                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
+                    multimodal_data: Optional[dict[str, Any]] = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
+        ``multimodal_data``: images and videos (``{"image": [...], "video": [...]}``) for the
+        placeholder tokens of the prompt, in order.
         ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
         generation), instead of after every step that advanced it (streaming)."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
+        multimodal = None
+        if multimodal_data:
+            prompt_token_ids, multimodal = self._process_media(prompt_token_ids, multimodal_data)
         self.inputs.validate(prompt_token_ids, params)
         bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
         compiled = None
@@ -169,7 +184,7 @@ class LLMEngine:
         samples = []
         for index in range(params.n):
             seq = Sequence(request_id, index, list(prompt_token_ids), params, self.eos_token_ids,
-                           self.max_model_len, bad_words_token_ids=bad_words)
+                           self.max_model_len, bad_words_token_ids=bad_words, multimodal=multimodal)
             if params.seed is not None:
                 seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
                 seq.seed = params.seed + index
@@ -188,6 +203,18 @@ class LLMEngine:
             if self.speculator is not None:
                 self.speculator.on_prompt(sample.seq)
             self.scheduler.add(sample.seq)
+
+    def _process_media(self, prompt_token_ids: list[int], data: dict[str, Any]) -> tuple[list[int], Any]:
+        """The prompt with its placeholders expanded, and its multimodal inputs."""
+        if self.multimodal is None:
+            raise RequestError(f"{self.hf_config.architectures[0]} takes no images or video")
+        media = load_media(data, self.config.limit_mm_per_prompt, self.config.allowed_local_media_path)
+        try:
+            return self.multimodal.process(list(prompt_token_ids), media)
+        except RequestError:
+            raise
+        except ValueError as exc:  # the HF processor's own refusals (RequestError is one too)
+            raise RequestError(f"cannot process the media: {exc}") from exc
 
     def abort_request(self, request_id: str) -> Optional[RequestOutput]:
         state = self.requests.pop(request_id, None)

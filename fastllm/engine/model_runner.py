@@ -12,10 +12,12 @@ from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import tp_size
+from fastllm.engine.encoder_cache import EncoderRunner
 from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
+from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
@@ -63,6 +65,7 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
+        self.encoder = EncoderRunner(self.model, self.device) if hasattr(self.model, "encode_multimodal") else None
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
 
@@ -147,7 +150,11 @@ class ModelRunner:
         penalties) see its tokens while the device computes this step's logits.
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
-        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        multimodal = self.encoder.step_inputs(inputs) if self.encoder is not None else None
+        if multimodal is not None:
+            hidden = self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata, multimodal)
+        else:
+            hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
         return self._sample(hidden, inputs, results, before_sampling)
@@ -165,8 +172,10 @@ class ModelRunner:
         return self._eager_forward(input_ids, positions, attn_metadata)
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       attn_metadata: AttentionMetadata) -> torch.Tensor:
+                       attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend)):
+            if multimodal is not None:
+                return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:

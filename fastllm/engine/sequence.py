@@ -58,6 +58,12 @@ class Sequence:
     stop_reason: Optional[int | str] = None
     structured_state: Any = None
     spec_state: Any = None
+    multimodal: Any = None  # fastllm.multimodal.inputs.MultimodalInputs of an image/video prompt
+
+    @property
+    def position_delta(self) -> int:
+        """What a multimodal prompt's rotary positions add to the index of each later token."""
+        return self.multimodal.position_delta if self.multimodal is not None else 0
 
     @property
     def token_ids(self) -> list[int]:

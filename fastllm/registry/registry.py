@@ -18,6 +18,7 @@ KINDS: tuple[str, ...] = (
     "speculative_decoders",
     "structured_output_backends",
     "chat_templates",
+    "multimodal_processors",
 )
 
 BUILTIN_DISTRIBUTION = "fastllm"
