@@ -41,8 +41,8 @@ class EncoderRunner:
                 continue
             prompt_end = min(end, seq.num_prompt_tokens)
             positions.append(mm.positions[:, start:prompt_end])
-            if end > prompt_end:
-                positions.append(torch.arange(prompt_end, end).expand(3, -1) + mm.position_delta)
+            if end > max(start, prompt_end):  # generated tokens: one position, shifted by the delta
+                positions.append(torch.arange(max(start, prompt_end), end).expand(3, -1) + mm.position_delta)
             for mm_item in mm.items_in(start, prompt_end):
                 first, last = max(mm_item.offset, start), min(mm_item.end, prompt_end)
                 embeds.append(self._embeddings(mm_item, done=last == mm_item.end)[first - mm_item.offset:

@@ -15,11 +15,11 @@ VIDEO_FPS = 2.0  # the frame rate a video's frames are taken to be sampled at (a
 
 
 def mrope_positions(num_tokens: int, items: list[MultimodalItem], merge: int,
-                    tokens_per_second: float) -> tuple[torch.Tensor, int]:
+                    tokens_per_second: float | None) -> tuple[torch.Tensor, int]:
     """``[3, num_tokens]`` (time, height, width) positions and the delta decode positions add,
     as transformers' ``Qwen2_5_VLModel.get_rope_index``: text advances all three by one; an
     item's tokens lay out its merged grid from the current position, which then moves past
-    its larger spatial side. Video steps are spaced by ``tokens_per_second`` x seconds per step."""
+    its larger spatial side. Qwen2.5-VL spaces video steps by ``tokens_per_second`` x seconds per step."""
     pieces, position, cursor = [], 0, 0
     for item in items:
         text = item.offset - cursor
@@ -51,7 +51,7 @@ class Qwen2VLProcessor:
         vision = hf_config.vision_config
         self.merge = vision.spatial_merge_size
         self.temporal_patch = vision.temporal_patch_size
-        self.tokens_per_second = getattr(vision, "tokens_per_second", 1.0)
+        self.tokens_per_second = getattr(vision, "tokens_per_second", None)  # Qwen2.5-VL: timed video steps
 
     def process(self, prompt_token_ids: list[int],
                 media: dict[str, list[Any]]) -> tuple[list[int], MultimodalInputs]:
@@ -104,4 +104,5 @@ class Qwen2VLProcessor:
         steps = channels_time.unflatten(0, (-1, self.temporal_patch))  # [T', tp, N, C, P*P]
         pixels = steps.permute(0, 2, 3, 1, 4).flatten(0, 1).flatten(1)
         t = len(frames) // self.temporal_patch
-        return pixels, (t, grid[1], grid[2]), (self.temporal_patch / VIDEO_FPS,)
+        seconds = (self.temporal_patch / VIDEO_FPS,) if self.tokens_per_second is not None else ()
+        return pixels, (t, grid[1], grid[2]), seconds
