@@ -105,10 +105,12 @@ class LLM:
         brings), the calls the model wrote move from ``text`` to ``CompletionOutput.tool_calls``.
         """
         from fastllm.chat import render_chat, resolve_chat_template, split_tool_calls, tool_parser
+        from fastllm.multimodal.chat import split_media
 
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         resolved = resolve_chat_template(self.tokenizer, self.config.model,
                                          chat_template or self.config.chat_template)
+        conversations, media = zip(*map(split_media, conversations)) if conversations else ((), ())
         prompts = [render_chat(self.tokenizer, resolved, conv, tools=tools,
                                chat_template_kwargs=chat_template_kwargs) for conv in conversations]
         parser_name = self.config.tool_call_parser or resolved.tool_call_parser
@@ -119,8 +121,8 @@ class LLM:
         if parser is not None and parser.requires_special_tokens:
             update["skip_special_tokens"] = False
         params = [self._with_updates(p, update) for p in self._params_per_prompt(sampling_params, len(prompts))]
-        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
-                         for p in prompts]
+        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"],
+                          "multimodal_data": m} for p, m in zip(prompts, media)]
         outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs)
         if parser is not None:
             split_tool_calls(outputs, parser)

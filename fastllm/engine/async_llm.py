@@ -65,6 +65,7 @@ class _Add:
     arrival_time: float
     chat_template_kwargs: Optional[dict[str, Any]]
     stream: _Stream
+    multimodal_data: Optional[dict[str, Any]] = None
 
 
 @dataclass
@@ -105,14 +106,15 @@ class AsyncLLM:
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                        params: SamplingParams,
-                       chat_template_kwargs: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
+                       chat_template_kwargs: Optional[dict[str, Any]] = None,
+                       multimodal_data: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's latest output until it finishes; raises RequestError for bad input."""
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
             self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream))
+                                 chat_template_kwargs, stream, multimodal_data))
         finished = False
         try:
             while not finished:
@@ -182,7 +184,8 @@ class AsyncLLM:
     def _add(self, item: _Add) -> None:
         try:
             self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
-                                    item.arrival_time, item.chat_template_kwargs)
+                                    item.arrival_time, item.chat_template_kwargs,
+                                    multimodal_data=item.multimodal_data)
         except Exception as exc:  # RequestError for bad input; anything else fails this request only
             if not isinstance(exc, ValueError):
                 logger.exception("adding request %s failed", item.request_id)

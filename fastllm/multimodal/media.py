@@ -10,6 +10,8 @@ import base64
 import binascii
 import io
 import os
+import urllib.parse
+import urllib.request
 from typing import Any, Optional
 
 import numpy as np
@@ -63,8 +65,32 @@ def _source_bytes(source: str, local_root: Optional[str]) -> bytes:
     if source.startswith("data:"):
         return decode_data_url(source)
     if source.startswith(("http://", "https://")):
-        raise RequestError("remote media URLs are not fetched here; send a data URL")
+        raise RequestError("remote media URLs are refused unless the server allows their domain "
+                           "(--allowed-media-domains); send a data URL")
     return read_local_file(source.removeprefix("file://"), local_root)
+
+
+def fetch_allowed(media: dict[str, list[Any]], domains: Optional[list[str]]) -> dict[str, list[Any]]:
+    """``media`` with each http(s) URL whose host is in ``domains`` replaced by its bytes (at
+    most MAX_MEDIA_BYTES); other URLs are left for ``load_media`` to refuse. Blocking: the
+    server calls it off its event loop, before the request reaches the engine."""
+    allowed = {d.lower() for d in domains or []}
+
+    def fetched(item: Any) -> Any:
+        if not (isinstance(item, str) and item.startswith(("http://", "https://"))):
+            return item
+        if (urllib.parse.urlsplit(item).hostname or "").lower() not in allowed:
+            return item
+        try:
+            with urllib.request.urlopen(item, timeout=10) as response:
+                body = response.read(MAX_MEDIA_BYTES + 1)
+        except OSError as exc:
+            raise RequestError(f"cannot fetch the media URL: {exc}") from exc
+        if len(body) > MAX_MEDIA_BYTES:
+            raise RequestError(f"media larger than {MAX_MEDIA_BYTES} bytes")
+        return body
+
+    return {modality: [fetched(item) for item in items] for modality, items in media.items()}
 
 
 def _check_size(width: int, height: int) -> None:
@@ -111,6 +137,8 @@ def load_video(source: Any) -> np.ndarray:
     """Frames as a ``[T, H, W, 3]`` uint8 array, from such an array or a list of images."""
     if isinstance(source, np.ndarray) and source.ndim == 4:
         frames = source
+    elif isinstance(source, (str, bytes)):
+        raise RequestError("video files cannot be decoded here: pass the frames ([T, H, W, 3] or a list of images)")
     elif isinstance(source, (list, tuple)) and source:
         frames = np.stack([np.asarray(load_image(frame)) for frame in source])
     else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import io
+
 import numpy as np
 import torch
 
@@ -11,6 +14,13 @@ from fastllm.model_loader.resolve import embedded_model_path
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
+# Qwen2-VL's chat template, shortened: image / video parts render their placeholders
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}" + IMAGE +
+    "{% elif part['type'] == 'video' %}" + VIDEO + "{% else %}{{ part['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
@@ -31,9 +41,11 @@ def build_checkpoint(path: str, kind: str) -> tuple[torch.nn.Module, object]:
 
     tokenizer = GGUFLoader().load_tokenizer(embedded_model_path(), None)
     tokenizer.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
+    tokenizer.chat_template = CHAT_TEMPLATE
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS}
     config = AutoConfig.for_model(
-        kind, text_config=dict(TEXT, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id),
+        kind, text_config=dict(TEXT, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                               bos_token_id=tokenizer.bos_token_id),
         vision_config=VISION[kind], image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False)
@@ -47,6 +59,14 @@ def build_checkpoint(path: str, kind: str) -> tuple[torch.nn.Module, object]:
 
 def image(width: int, height: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def data_url(pixels: np.ndarray) -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def hf_greedy_mm(model, token_ids: list[int], items: list, max_new_tokens: int) -> list[int]:

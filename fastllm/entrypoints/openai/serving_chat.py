@@ -7,6 +7,7 @@ the server before it listens; a request may still bring its own template.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any, AsyncIterator, Optional
@@ -22,7 +23,10 @@ from fastllm.entrypoints.openai.logprobs import chat_logprobs
 from fastllm.entrypoints.openai.protocol import UsageInfo
 from fastllm.entrypoints.openai.protocol_chat import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse,
                                                       ChatMessage)
+from fastllm.engine.input_processor import RequestError
 from fastllm.entrypoints.openai.serving_context import ServingContext
+from fastllm.multimodal.chat import has_media, split_media
+from fastllm.multimodal.media import fetch_allowed
 from fastllm.entrypoints.openai.streaming import SSE_DONE, OutputStream, cancel_on_disconnect, collect, merge, sse, \
     start_all
 from fastllm.outputs import CompletionOutput, RequestOutput
@@ -34,7 +38,9 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     rendered = []
     for message in messages:
         item = message.model_dump(exclude_none=True)
-        if isinstance(message.content, list):
+        if isinstance(message.content, list) and has_media([item]):
+            pass  # image/video parts stay: split_media hands them to the template and the engine
+        elif isinstance(message.content, list):
             if any(part.get("type") != "text" for part in message.content):
                 raise OpenAIError(400, "only text content parts are supported", "messages")
             item["content"] = "\n".join(part.get("text", "") for part in message.content)
@@ -65,19 +71,20 @@ class ChatServing:
     async def create(self, request: ChatCompletionRequest, raw: Request) -> Response:
         return await self.ctx.counted(self._create(request, raw))
 
-    def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
+    def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate, dict[str, list[Any]]]:
         try:
             template = (resolve_chat_template(self.ctx.tokenizer, self.ctx.engine.config.model, request.chat_template)
                         if request.chat_template else self.template)
             tools = ([tool.model_dump(exclude_none=True) for tool in request.tools]
                      if request.tools and request.effective_tool_choice != "none" else None)
-            prompt = render_chat(self.ctx.tokenizer, template, template_messages(request.messages), tools=tools,
+            messages, media = split_media(template_messages(request.messages))
+            prompt = render_chat(self.ctx.tokenizer, template, messages, tools=tools,
                                  chat_template_kwargs=request.chat_template_kwargs)
         except OpenAIError:
             raise
         except Exception as exc:  # a template error is the request's (or the template's): report, keep serving
             raise OpenAIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
-        return prompt, template
+        return prompt, template, media
 
     def _params(self, request: ChatCompletionRequest, template: ResolvedTemplate, prompt_len: int) -> SamplingParams:
         max_tokens = (request.max_completion_tokens or request.max_tokens
@@ -103,12 +110,17 @@ class ChatServing:
         model = ctx.model_name(request.model)
         ctx.admit()
         check_tool_choice(request, self.auto_tools)
-        prompt, template = self._prompt(request)
+        prompt, template, media = self._prompt(request)
+        if media:
+            try:
+                media = await asyncio.to_thread(fetch_allowed, media, ctx.engine.config.allowed_media_domains)
+            except RequestError as exc:
+                raise OpenAIError(exc.code, str(exc), "messages") from exc
         prompt_token_ids = ctx.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         params = self._params(request, template, len(prompt_token_ids))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         ctx.log_request(request_id, prompt, params)
-        streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs)]
+        streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs, media)]
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),

@@ -79,7 +79,8 @@ class ServingContext:
                         str(prompt)[:LOGGED_PROMPT_CHARS], params.model_dump(exclude_defaults=True))
 
     async def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
-                     params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None) -> OutputStream:
+                     params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
+                     multimodal_data: Optional[dict[str, Any]] = None) -> OutputStream:
         """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
 
         Closing or cancelling this stream before the request finished (a client that left,
@@ -88,7 +89,7 @@ class ServingContext:
         finished = False
         try:
             async for output in self.engine.generate(request_id, prompt, prompt_token_ids, params,
-                                                     chat_template_kwargs):
+                                                     chat_template_kwargs, multimodal_data):
                 if output.finished:
                     finished = True
                     self.metrics.on_engine_request_finished(output)
