@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,10 @@ class Qwen2VLProcessor:
     def __init__(self, hf_config: Any, tokenizer: Any, model_path: str):
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(model_path)
+        saved = os.path.isfile(os.path.join(model_path, "preprocessor_config.json"))
+        # a bundled dummy config has no processor settings: transformers' defaults are Qwen's
+        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(model_path) if saved \
+            else Qwen2VLImageProcessorPil()
         self.token_ids = {"image": hf_config.image_token_id, "video": hf_config.video_token_id}
         vision = hf_config.vision_config
         self.merge = vision.spatial_merge_size
