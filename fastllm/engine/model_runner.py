@@ -151,25 +151,22 @@ class ModelRunner:
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
         multimodal = self.encoder.step_inputs(inputs) if self.encoder is not None else None
-        if multimodal is not None:
-            hidden = self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata, multimodal)
-        else:
-            hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata, multimodal)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
         return self._sample(hidden, inputs, results, before_sampling)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attn_metadata: AttentionMetadata) -> torch.Tensor:
-        """Hidden states of one packed batch.
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata,
+                multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
+        """Hidden states of one packed batch; ``multimodal``: a step with image/video prompt tokens.
 
         Under tensor parallelism every rank makes this call, and each ``compute_logits``
         call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
         pair up only when all ranks run the same sequence of them.
         """
-        if self.graphs is not None and self.graphs.can_run(attn_metadata):
+        if multimodal is None and self.graphs is not None and self.graphs.can_run(attn_metadata):
             return self.graphs.run(input_ids, positions, attn_metadata)
-        return self._eager_forward(input_ids, positions, attn_metadata)
+        return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                        attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:

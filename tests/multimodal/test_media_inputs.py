@@ -97,3 +97,15 @@ def test_server_image_url_parts(checkpoint, tmp_path):
     finally:
         server.stop()
         engine.shutdown(timeout=10)
+
+
+def test_tensor_parallel_matches_one_rank(checkpoint, llm):
+    """Rank 0 runs the vision encoder; the step's M-RoPE positions and embeddings reach rank 1."""
+    prompt = {"prompt": "Two ranks " + IMAGE + " see", "multimodal_data": {"image": [image(60, 40, 31)]}}
+    expected = llm.generate(prompt, GREEDY, use_tqdm=False)[0].outputs.token_ids
+    sharded = LLM(checkpoint[0], max_model_len=512, num_gpu_blocks_override=64, block_size=16,
+                  tensor_parallel_size=2, max_num_batched_tokens=16)
+    try:
+        assert sharded.generate(prompt, GREEDY, use_tqdm=False)[0].outputs.token_ids == expected
+    finally:
+        sharded.shutdown()

@@ -60,3 +60,15 @@ def test_prefix_cache_keys_blocks_by_image(checkpoint):
     assert other.num_cached_tokens <= image_offset  # only text blocks before the image
     assert same.outputs.token_ids == cold.outputs.token_ids
     assert other.outputs.token_ids == hf_reference(llm, hf, tokenizer, prompt, {"image": [second]})
+
+
+def test_bundled_config_builds_the_published_size():
+    import torch
+
+    from fastllm import registry
+    from fastllm.model_loader.dummy_loader import DummyLoader
+
+    config = DummyLoader().load_config("qwen2.5-vl-7b")
+    with torch.device("meta"):
+        model = registry.get("models", config.architectures[0])(config)
+    assert sum(p.numel() for p in model.parameters()) / 1e9 == pytest.approx(8.29, abs=0.005)
