@@ -66,6 +66,7 @@ class _Add:
     chat_template_kwargs: Optional[dict[str, Any]]
     stream: _Stream
     multimodal_data: Optional[dict[str, Any]] = None
+    multimodal: Any = None  # MultimodalInputs, when the media were processed before queueing
 
 
 @dataclass
@@ -109,12 +110,17 @@ class AsyncLLM:
                        chat_template_kwargs: Optional[dict[str, Any]] = None,
                        multimodal_data: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's latest output until it finishes; raises RequestError for bad input."""
+        multimodal = None
+        if multimodal_data and prompt_token_ids is not None:  # media work stays off the engine's thread
+            prompt_token_ids, multimodal = await asyncio.to_thread(self.engine.process_media, prompt_token_ids,
+                                                                   multimodal_data)
+            multimodal_data = None
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
             self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream, multimodal_data))
+                                 chat_template_kwargs, stream, multimodal_data, multimodal))
         finished = False
         try:
             while not finished:
@@ -185,7 +191,7 @@ class AsyncLLM:
         try:
             self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
                                     item.arrival_time, item.chat_template_kwargs,
-                                    multimodal_data=item.multimodal_data)
+                                    multimodal_data=item.multimodal_data, multimodal=item.multimodal)
         except Exception as exc:  # RequestError for bad input; anything else fails this request only
             if not isinstance(exc, ValueError):
                 logger.exception("adding request %s failed", item.request_id)

@@ -22,6 +22,7 @@ from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.models.interface import promote_text_config
+from fastllm.multimodal.inputs import MultimodalInputs
 from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
@@ -157,19 +158,20 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
                     chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
-                    multimodal_data: Optional[dict[str, Any]] = None) -> None:
+                    multimodal_data: Optional[dict[str, Any]] = None,
+                    multimodal: Optional[MultimodalInputs] = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
         ``multimodal_data``: images and videos (``{"image": [...], "video": [...]}``) for the
-        placeholder tokens of the prompt, in order.
+        placeholder tokens of the prompt, in order; or ``multimodal``, what ``process_media``
+        made of them, with the expanded ``prompt_token_ids``.
         ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
         generation), instead of after every step that advanced it (streaming)."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
-        multimodal = None
         if multimodal_data:
-            prompt_token_ids, multimodal = self._process_media(prompt_token_ids, multimodal_data)
+            prompt_token_ids, multimodal = self.process_media(prompt_token_ids, multimodal_data)
         self.inputs.validate(prompt_token_ids, params)
         bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
         compiled = None
@@ -204,8 +206,10 @@ class LLMEngine:
                 self.speculator.on_prompt(sample.seq)
             self.scheduler.add(sample.seq)
 
-    def _process_media(self, prompt_token_ids: list[int], data: dict[str, Any]) -> tuple[list[int], Any]:
-        """The prompt with its placeholders expanded, and its multimodal inputs."""
+    def process_media(self, prompt_token_ids: list[int], data: dict[str, Any]) -> tuple[list[int], MultimodalInputs]:
+        """The prompt with its placeholders expanded, and its multimodal inputs. It reads only
+        the configuration, so the server runs it off the engine's thread (decoding and
+        resizing images takes milliseconds each)."""
         if self.multimodal is None:
             raise RequestError(f"{self.hf_config.architectures[0]} takes no images or video")
         media = load_media(data, self.config.limit_mm_per_prompt, self.config.allowed_local_media_path)
