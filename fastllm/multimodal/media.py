@@ -70,6 +70,16 @@ def _source_bytes(source: str, local_root: Optional[str]) -> bytes:
     return read_local_file(source.removeprefix("file://"), local_root)
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """An allowed host must serve the media itself: a redirect could lead anywhere."""
+
+    def redirect_request(self, *args: Any) -> None:
+        raise RequestError("media URLs that redirect are refused")
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+
+
 def fetch_allowed(media: dict[str, list[Any]], domains: Optional[list[str]]) -> dict[str, list[Any]]:
     """``media`` with each http(s) URL whose host is in ``domains`` replaced by its bytes (at
     most MAX_MEDIA_BYTES); other URLs are left for ``load_media`` to refuse. Blocking: the
@@ -82,7 +92,7 @@ def fetch_allowed(media: dict[str, list[Any]], domains: Optional[list[str]]) -> 
         if (urllib.parse.urlsplit(item).hostname or "").lower() not in allowed:
             return item
         try:
-            with urllib.request.urlopen(item, timeout=10) as response:
+            with _NO_REDIRECTS.open(item, timeout=10) as response:
                 body = response.read(MAX_MEDIA_BYTES + 1)
         except OSError as exc:
             raise RequestError(f"cannot fetch the media URL: {exc}") from exc

@@ -109,3 +109,36 @@ def test_tensor_parallel_matches_one_rank(checkpoint, llm):
         assert sharded.generate(prompt, GREEDY, use_tqdm=False)[0].outputs.token_ids == expected
     finally:
         sharded.shutdown()
+
+
+def test_remote_media_only_from_allowed_hosts_without_redirects():
+    import http.server
+    import threading
+
+    from fastllm.engine.input_processor import RequestError
+    from fastllm.multimodal.media import fetch_allowed
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/moved":
+                self.send_response(302)
+                self.send_header("Location", "http://localhost/internal")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"png bytes")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert fetch_allowed({"image": [base + "/a.png"]}, ["127.0.0.1"]) == {"image": [b"png bytes"]}
+        assert fetch_allowed({"image": [base + "/a.png"]}, ["example.com"]) == {"image": [base + "/a.png"]}
+        with pytest.raises(RequestError, match="redirect"):
+            fetch_allowed({"image": [base + "/moved"]}, ["127.0.0.1"])
+    finally:
+        server.shutdown()

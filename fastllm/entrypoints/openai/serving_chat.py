@@ -23,12 +23,12 @@ from fastllm.entrypoints.openai.logprobs import chat_logprobs
 from fastllm.entrypoints.openai.protocol import UsageInfo
 from fastllm.entrypoints.openai.protocol_chat import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse,
                                                       ChatMessage)
-from fastllm.engine.input_processor import RequestError
 from fastllm.entrypoints.openai.serving_context import ServingContext
-from fastllm.multimodal.chat import has_media, split_media
-from fastllm.multimodal.media import fetch_allowed
 from fastllm.entrypoints.openai.streaming import SSE_DONE, OutputStream, cancel_on_disconnect, collect, merge, sse, \
     start_all
+from fastllm.engine.input_processor import RequestError
+from fastllm.multimodal.chat import has_media, split_media
+from fastllm.multimodal.media import fetch_allowed
 from fastllm.outputs import CompletionOutput, RequestOutput
 from fastllm.sampling_params import SamplingParams
 
