@@ -53,6 +53,10 @@ class EngineConfig(BaseModel):
     max_lora_rank: int = Field(16, ge=1)
     max_cpu_loras: Optional[int] = Field(None, ge=1)  # None: max_loras
     merge_lora: Optional[str] = None  # a PEFT adapter directory merged into the weights at load
+    enable_mm: bool = False  # accepted for FastDeploy: multimodal is on whenever the model is a VL model
+    limit_mm_per_prompt: dict[str, int] = Field(default_factory=lambda: {"image": 16, "video": 1})
+    allowed_local_media_path: Optional[str] = None  # media files readable by path (LLM: any)
+    allowed_media_domains: Optional[list[str]] = None  # the server fetches remote media only from these
 
     @model_validator(mode="after")
     def _block_size_power_of_two(self) -> "EngineConfig":

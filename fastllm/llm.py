@@ -50,6 +50,7 @@ class LLM:
                      max_num_batched_tokens=max_num_batched_tokens, kv_cache_ratio=kv_cache_ratio,
                      enable_prefix_caching=enable_prefix_caching, quantization=quantization,
                      reasoning_parser=reasoning_parser)
+        kwargs.setdefault("allowed_local_media_path", "/")  # offline, the caller's own files
         self.config = EngineConfig(model=model, **{k: v for k, v in named.items() if v is not None}, **kwargs)
         self.engine = LLMEngine(self.config)
         self._ids = itertools.count()
@@ -82,13 +83,13 @@ class LLM:
         for prompt, params, adapter in zip(prompt_list, params_list, adapters):
             request_id = str(next(self._ids))
             order.append(request_id)
-            text, token_ids = self._split_prompt(prompt)
+            text, token_ids, media = self._split_prompt(prompt)
             try:
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
                                         chat_template_kwargs=chat_template_kwargs, final_output_only=True,
-                                        lora_request=adapter)
+                                        lora_request=adapter, multimodal_data=media)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)
@@ -113,10 +114,12 @@ class LLM:
         brings), the calls the model wrote move from ``text`` to ``CompletionOutput.tool_calls``.
         """
         from fastllm.chat import render_chat, resolve_chat_template, split_tool_calls, tool_parser
+        from fastllm.multimodal.chat import split_media
 
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         resolved = resolve_chat_template(self.tokenizer, self.config.model,
                                          chat_template or self.config.chat_template)
+        conversations, media = zip(*map(split_media, conversations)) if conversations else ((), ())
         prompts = [render_chat(self.tokenizer, resolved, conv, tools=tools,
                                chat_template_kwargs=chat_template_kwargs) for conv in conversations]
         parser_name = self.config.tool_call_parser or resolved.tool_call_parser
@@ -127,8 +130,8 @@ class LLM:
         if parser is not None and parser.requires_special_tokens:
             update["skip_special_tokens"] = False
         params = [self._with_updates(p, update) for p in self._params_per_prompt(sampling_params, len(prompts))]
-        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
-                         for p in prompts]
+        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"],
+                          "multimodal_data": m} for p, m in zip(prompts, media)]
         outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs,
                                 lora_request=lora_request)
         if parser is not None:
@@ -162,11 +165,12 @@ class LLM:
         return value
 
     @staticmethod
-    def _split_prompt(prompt: PromptType) -> tuple[Optional[str], Optional[list[int]]]:
+    def _split_prompt(prompt: PromptType) -> tuple[Optional[str], Optional[list[int]], Optional[dict[str, Any]]]:
+        """(text, token ids, media); media under FastDeploy's ``multimodal_data`` or vLLM's
+        ``multi_modal_data``."""
         if isinstance(prompt, str):
-            return prompt, None
+            return prompt, None, None
         if isinstance(prompt, dict):
-            if "multimodal_data" in prompt:
-                raise RequestError("multimodal prompts are not supported by this build")
-            return prompt.get("prompt"), prompt.get("prompt_token_ids")
-        return None, list(prompt)
+            media = prompt.get("multimodal_data", prompt.get("multi_modal_data"))
+            return prompt.get("prompt"), prompt.get("prompt_token_ids"), media
+        return None, list(prompt), None

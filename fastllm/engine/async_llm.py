@@ -78,6 +78,8 @@ class _Add:
     stream: _Stream
     lora_request: Optional[LoRARequest] = None
     group: Optional[str] = None  # the client request it belongs to, for fair admission
+    multimodal_data: Optional[dict[str, Any]] = None
+    multimodal: Any = None  # MultimodalInputs, when the media were processed before queueing
 
 
 @dataclass
@@ -150,16 +152,21 @@ class AsyncLLM:
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                        params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
-                       lora_request: Optional[LoRARequest] = None,
-                       group: Optional[str] = None) -> AsyncIterator[RequestOutput]:
+                       lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
+                       multimodal_data: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's latest output until it finishes; raises RequestError for bad input.
         Requests of one ``group`` are admitted a window at a time (``fastllm.engine.fair_admission``)."""
+        multimodal = None
+        if multimodal_data and prompt_token_ids is not None:  # media work stays off the engine's thread
+            prompt_token_ids, multimodal = await asyncio.to_thread(self.engine.process_media, prompt_token_ids,
+                                                                   multimodal_data)
+            multimodal_data = None
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
             self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream, lora_request, group))
+                                 chat_template_kwargs, stream, lora_request, group, multimodal_data, multimodal))
         finished = False
         try:
             while not finished:
@@ -271,7 +278,8 @@ class AsyncLLM:
             try:
                 self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
                                         item.arrival_time, item.chat_template_kwargs,
-                                        lora_request=item.lora_request)
+                                        lora_request=item.lora_request, multimodal_data=item.multimodal_data,
+                                        multimodal=item.multimodal)
             except Exception as exc:  # a bad request or a bug: this request fails alone, a bug's details logged
                 if not isinstance(exc, RequestError):
                     logger.exception("adding request %s failed", item.request_id)

@@ -53,7 +53,7 @@ def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: tor
             tokens.append(0)
         input_ids += tokens + seq.draft_token_ids[: item.num_draft_tokens]
         end = start + item.num_new_tokens
-        positions += range(start, end)
+        positions += range(start + seq.position_delta, end + seq.position_delta)
         table = seq.block_table
         slots += [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
         query_lens.append(item.num_new_tokens)

@@ -9,9 +9,10 @@ from fastllm.engine.block_pool import Block, BlockPool
 from fastllm.engine.sequence import Sequence
 
 
-def hash_block(parent_hash: bytes, token_ids: list[int]) -> bytes:
-    """A block's identity: its tokens and, through the parent hash, every token before them."""
-    return hashlib.sha256(parent_hash + array("q", token_ids).tobytes()).digest()
+def hash_block(parent_hash: bytes, token_ids: list[int], extra: bytes = b"") -> bytes:
+    """A block's identity: its tokens (and the content of the images they stand for) and,
+    through the parent hash, every token before them."""
+    return hashlib.sha256(parent_hash + array("q", token_ids).tobytes() + extra).digest()
 
 
 class KVCacheManager:
@@ -36,7 +37,8 @@ class KVCacheManager:
         size = self.block_size
         for i in range(len(seq.block_hashes), num_tokens // size):
             parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_salt
-            seq.block_hashes.append(hash_block(parent, tokens[i * size:(i + 1) * size]))
+            extra = seq.multimodal.block_key(i * size, (i + 1) * size) if seq.multimodal is not None else b""
+            seq.block_hashes.append(hash_block(parent, tokens[i * size:(i + 1) * size], extra))
 
     def match_prefix(self, seq: Sequence) -> list[Block]:
         """The cached blocks that hold a prefix of ``seq``; the last token is always recomputed."""

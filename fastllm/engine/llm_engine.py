@@ -22,6 +22,9 @@ from fastllm.engine.scheduler import ScheduledSequence, Scheduler
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
+from fastllm.models.interface import promote_text_config
+from fastllm.multimodal.inputs import MultimodalInputs
+from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -65,7 +68,9 @@ class LLMEngine:
         self.hf_config = loader.load_config(config.model)
         for key, value in config.hf_overrides.items():
             setattr(self.hf_config, key, value)
+        promote_text_config(self.hf_config)
         self.tokenizer = load_tokenizer(loader, config.model, config.tokenizer)
+        self.multimodal = self._multimodal_processor()
         model_len = getattr(self.hf_config, "max_position_embeddings", None) or 2048
         if config.max_model_len and config.max_model_len > model_len:
             raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's "
@@ -134,6 +139,11 @@ class LLMEngine:
         entry = entries.get(self.config.structured_output_backend)
         return entry.factory(self.tokenizer, self.hf_config.vocab_size) if entry and self.tokenizer else None
 
+    def _multimodal_processor(self) -> Any:
+        """The architecture's image/video processor plugin, or None for a text-only model."""
+        entry = registry.entries("multimodal_processors").get((self.hf_config.architectures or [""])[0])
+        return entry.factory(self.hf_config, self.tokenizer, self.config.model) if entry else None
+
     def _speculative_decoder(self) -> Any:
         spec = self.config.speculative_config
         if not spec:
@@ -152,14 +162,21 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
                     chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
-                    lora_request: Optional[LoRARequest] = None) -> None:
+                    lora_request: Optional[LoRARequest] = None,
+                    multimodal_data: Optional[dict[str, Any]] = None,
+                    multimodal: Optional[MultimodalInputs] = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
+        ``multimodal_data``: images and videos (``{"image": [...], "video": [...]}``) for the
+        placeholder tokens of the prompt, in order; or ``multimodal``, what ``process_media``
+        made of them, with the expanded ``prompt_token_ids``.
         ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
         generation), instead of after every step that advanced it (streaming)."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
+        if multimodal_data:
+            prompt_token_ids, multimodal = self.process_media(prompt_token_ids, multimodal_data)
         self.inputs.validate(prompt_token_ids, params)
         adapter_id, cache_salt = self._adapter_of(lora_request)
         bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
@@ -176,7 +193,7 @@ class LLMEngine:
         for index in range(params.n):
             seq = Sequence(request_id, index, list(prompt_token_ids), params, self.eos_token_ids,
                            self.max_model_len, bad_words_token_ids=bad_words, adapter_id=adapter_id,
-                           cache_salt=cache_salt)
+                           cache_salt=cache_salt, multimodal=multimodal)
             if params.seed is not None:
                 seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
                 seq.seed = params.seed + index
@@ -216,6 +233,20 @@ class LLMEngine:
             raise RequestError("this engine serves no adapters: start it with enable_lora=True")
         self.runner.adapters.add(lora_request)
         return lora_request.lora_int_id, lora_request.cache_salt
+
+    def process_media(self, prompt_token_ids: list[int], data: dict[str, Any]) -> tuple[list[int], MultimodalInputs]:
+        """The prompt with its placeholders expanded, and its multimodal inputs. It reads only
+        the configuration, so the server runs it off the engine's thread (decoding and
+        resizing images takes milliseconds each)."""
+        if self.multimodal is None:
+            raise RequestError(f"{self.hf_config.architectures[0]} takes no images or video")
+        media = load_media(data, self.config.limit_mm_per_prompt, self.config.allowed_local_media_path)
+        try:
+            return self.multimodal.process(list(prompt_token_ids), media)
+        except RequestError:
+            raise
+        except ValueError as exc:  # the HF processor's own refusals (RequestError is one too)
+            raise RequestError(f"cannot process the media: {exc}") from exc
 
     def abort_request(self, request_id: str) -> Optional[RequestOutput]:
         state = self.requests.pop(request_id, None)

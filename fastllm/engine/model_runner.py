@@ -12,11 +12,13 @@ from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import tp_size
+from fastllm.engine.encoder_cache import EncoderRunner
 from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
 from fastllm.layers.fused import use_kernels
+from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
@@ -72,6 +74,7 @@ class ModelRunner:
         with use_kernels(kernels):
             self.adapters = (registry.get("adapter_managers", "lora")(self.model, config)
                              if config.enable_lora else None)
+        self.encoder = EncoderRunner(self.model, self.device) if hasattr(self.model, "encode_multimodal") else None
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
 
@@ -160,26 +163,29 @@ class ModelRunner:
         if self.adapters is not None:
             self.adapter_batch = self.adapters.prepare_step([item.seq.adapter_id for item in inputs.order],
                                                             inputs.attn_metadata.query_lens_cpu)
-        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        multimodal = self.encoder.step_inputs(inputs) if self.encoder is not None else None
+        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata, multimodal)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
         return self._sample(hidden, inputs, results, before_sampling)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attn_metadata: AttentionMetadata) -> torch.Tensor:
-        """Hidden states of one packed batch.
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata,
+                multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
+        """Hidden states of one packed batch; ``multimodal``: a step with image/video prompt tokens.
 
         Under tensor parallelism every rank makes this call, and each ``compute_logits``
         call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
         pair up only when all ranks run the same sequence of them.
         """
-        if self.graphs is not None and self.graphs.can_run(attn_metadata):
+        if multimodal is None and self.graphs is not None and self.graphs.can_run(attn_metadata):
             return self.graphs.run(input_ids, positions, attn_metadata)
-        return self._eager_forward(input_ids, positions, attn_metadata)
+        return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       attn_metadata: AttentionMetadata) -> torch.Tensor:
+                       attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_batch)):
+            if multimodal is not None:
+                return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:

@@ -60,6 +60,12 @@ class Sequence:
     spec_state: Any = None
     adapter_id: int = 0  # 0: the base model; else the id an adapter manager serves
     cache_salt: bytes = b""  # keys its prefix-cache blocks apart from other adapters'
+    multimodal: Any = None  # fastllm.multimodal.inputs.MultimodalInputs of an image/video prompt
+
+    @property
+    def position_delta(self) -> int:
+        """What a multimodal prompt's rotary positions add to the index of each later token."""
+        return self.multimodal.position_delta if self.multimodal is not None else 0
 
     @property
     def token_ids(self) -> list[int]:

@@ -16,6 +16,7 @@ from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.executor.step_wire import encode_forward
 from fastllm.executor.worker import WorkerSpec
 from fastllm.executor.worker_group import WorkerGroup
+from fastllm.multimodal.inputs import StepMultimodal
 
 
 class DriverRunner(ModelRunner):
@@ -30,10 +31,10 @@ class DriverRunner(ModelRunner):
         self.workers = workers
         super().__init__(*args)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attn_metadata: AttentionMetadata) -> torch.Tensor:
-        self.workers.call("forward", encode_forward(input_ids, positions, attn_metadata))
-        return super().forward(input_ids, positions, attn_metadata)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata,
+                multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
+        self.workers.call("forward", encode_forward(input_ids, positions, attn_metadata, multimodal))
+        return super().forward(input_ids, positions, attn_metadata, multimodal)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         self.workers.call("compute_logits", rows)

@@ -7,11 +7,12 @@ torch.save) and carry no device, so each worker rebuilds the tensors on its own 
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
+from fastllm.multimodal.inputs import StepMultimodal
 
 
 class TensorData(NamedTuple):
@@ -19,7 +20,7 @@ class TensorData(NamedTuple):
     dtype: torch.dtype
 
 
-Wire = tuple[TensorData, TensorData, tuple[Any, ...]]
+Wire = tuple[TensorData, TensorData, tuple[Any, ...], Optional[tuple[TensorData, ...]]]
 
 
 def _plain(value: Any) -> Any:
@@ -32,12 +33,17 @@ def _tensor(value: Any, device: torch.device) -> Any:
     return value
 
 
-def encode_forward(input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> Wire:
-    """The arguments of ``ModelRunner.forward``; every metadata field travels, whatever it holds."""
-    return _plain(input_ids), _plain(positions), tuple(_plain(getattr(meta, f.name)) for f in fields(meta))
+def encode_forward(input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                   multimodal: Optional[StepMultimodal] = None) -> Wire:
+    """The arguments of ``ModelRunner.forward``; every metadata field travels, whatever it holds,
+    and so do a multimodal step's positions and encoder outputs (rank 0 runs the encoder)."""
+    mm = None if multimodal is None else tuple(_plain(getattr(multimodal, f.name)) for f in fields(multimodal))
+    return _plain(input_ids), _plain(positions), tuple(_plain(getattr(meta, f.name)) for f in fields(meta)), mm
 
 
-def decode_forward(wire: Wire, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-    input_ids, positions, meta = wire
+def decode_forward(wire: Wire, device: torch.device
+                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, Optional[StepMultimodal]]:
+    input_ids, positions, meta, mm = wire
     return (_tensor(input_ids, device), _tensor(positions, device),
-            AttentionMetadata(*(_tensor(value, device) for value in meta)))
+            AttentionMetadata(*(_tensor(value, device) for value in meta)),
+            None if mm is None else StepMultimodal(*(_tensor(value, device) for value in mm)))

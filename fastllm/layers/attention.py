@@ -24,7 +24,8 @@ class Attention(nn.Module):
         first, by the backend where it ``fuses_rotation``."""
         ctx = get_forward_context()
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        if rotation is not None and not getattr(ctx.backend, "fuses_rotation", False):
+        if rotation is not None and (not getattr(ctx.backend, "fuses_rotation", False)
+                                     or rotation.positions.dim() > 1):  # M-RoPE: no fused kernel
             q, k = rotation(q, k)
             rotation = None
         fused = {} if rotation is None else {"rotation": rotation}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Optional
 
 import torch
@@ -38,7 +39,7 @@ class RotaryEmbedding(nn.Module):
             inv_freq = _llama3_inv_freq(inv_freq, scaling)
         elif kind == "linear":
             inv_freq = inv_freq / scaling["factor"]
-        elif kind != "default":
+        elif kind not in ("default", "mrope"):  # mrope: default frequencies, sections in MRotaryEmbedding
             raise ValueError(f"rope scaling {kind!r} is not supported (default, linear, llama3 are)")
         freqs = torch.arange(max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
         self.register_buffer("cos_sin_cache", torch.cat([freqs.cos(), freqs.sin()], dim=-1),
@@ -47,11 +48,36 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
         """query ``[T, H, D]``, key ``[T, KVH, D]``; returns both rotated (in place on CUDA)."""
-        if self.kernels is not None:
-            return self.kernels.rotary_embedding(positions, query, key, self.cos_sin_cache, query.shape[-1])
-        cos, sin = self.cos_sin_cache[positions].chunk(2, dim=-1)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return _rotate(query, cos, sin), _rotate(key, cos, sin)
+        return _apply(self.kernels, self.cos_sin_cache, positions, query, key)
+
+
+class MRotaryEmbedding(RotaryEmbedding):
+    """Qwen2-VL's multimodal rotary (M-RoPE): consecutive sections of the rotated dimensions
+    turn by the token's time, height and width positions (``[3, T]``). Text has three equal
+    positions, so ``[T]`` positions (text-only steps, decodes) rotate as plain rotary."""
+
+    def __init__(self, head_dim: int, max_position: int, base: float, sections: list[int]):
+        super().__init__(head_dim, max_position, base)
+        if sum(sections) != head_dim // 2:
+            raise ValueError(f"mrope_section {sections} must add up to head_dim / 2 = {head_dim // 2}")
+        axis = torch.cat([torch.full((n,), i % 3, dtype=torch.int64) for i, n in enumerate(sections)])
+        self.register_buffer("axis_of_column", torch.cat([axis, axis]), persistent=False)
+
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
+        if positions.dim() == 1:
+            return super().forward(positions, query, key)
+        per_axis = self.cos_sin_cache[positions]  # [3, T, D]: every column under all three positions
+        table = per_axis.gather(0, self.axis_of_column.expand(1, positions.shape[1], -1)).squeeze(0)
+        return _apply(self.kernels, table, torch.arange(positions.shape[1], device=positions.device), query, key)
+
+
+def _apply(kernels: Optional[ModuleType], cos_sin: torch.Tensor, positions: torch.Tensor, query: torch.Tensor,
+           key: torch.Tensor):
+    if kernels is not None:
+        return kernels.rotary_embedding(positions, query, key, cos_sin, query.shape[-1])
+    cos, sin = cos_sin[positions].chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,15 @@ class CausalLM(Protocol):
         ...
 
 
+def promote_text_config(config: Any) -> None:
+    """A vision-language config keeps its language model's sizes in ``text_config``: copy the
+    ones the engine reads (vocabulary, context length, end-of-sequence id) to the top."""
+    text = getattr(config, "text_config", None)
+    for key in ("vocab_size", "max_position_embeddings", "eos_token_id"):
+        if text is not None and getattr(config, key, None) is None and getattr(text, key, None) is not None:
+            setattr(config, key, getattr(text, key))
+
+
 def rope_settings(config: Any) -> tuple[float, dict[str, Any] | None]:
     """(base, scaling) from either transformers 4 (rope_theta) or 5 (rope_parameters) configs."""
     params = getattr(config, "rope_parameters", None) or {}

@@ -109,6 +109,16 @@ def register_chat_templates() -> Factories:
 
 
 @hookspec
+def register_multimodal_processors() -> Factories:
+    """Image/video input processing keyed by HF architecture name (as ``register_models``).
+
+    A factory is called as ``cls(hf_config, tokenizer, model_path)`` and follows
+    ``fastllm.multimodal.interface.MultimodalProcessor``; the model class of the same
+    architecture takes its items through ``encode_multimodal`` and ``forward(..., multimodal=)``.
+    """
+
+
+@hookspec
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Add a plugin's own flags to every subcommand that builds an engine (``serve``,
     ``generate``, ``chat``, ``bench``), so the core's CLI names no plugin."""

@@ -20,6 +20,7 @@ KINDS: tuple[str, ...] = (
     "chat_templates",
     "adapter_managers",
     "cli_commands",
+    "multimodal_processors",
 )
 
 BUILTIN_DISTRIBUTION = "fastllm"

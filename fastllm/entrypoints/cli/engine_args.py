@@ -68,6 +68,12 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--reasoning-parser", default=None)
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--chat-template", default=None)
+    parser.add_argument("--limit-mm-per-prompt", type=json.loads, default=None,
+                        help='images/videos per prompt, JSON: {"image": 16, "video": 1}')
+    parser.add_argument("--allowed-local-media-path", default=None,
+                        help="media may be read by path only beneath this directory (off by default)")
+    parser.add_argument("--allowed-media-domains", nargs="+", default=None,
+                        help="hosts whose http(s) media URLs are fetched (off by default)")
     parser.add_argument("--attention-backend", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--enable-lora", action="store_true", default=None,

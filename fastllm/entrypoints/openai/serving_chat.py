@@ -8,6 +8,7 @@ the server before it listens; a request may still bring its own template text
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any, AsyncIterator, Optional
@@ -27,6 +28,9 @@ from fastllm.entrypoints.openai.protocol_chat import (ChatChoice, ChatCompletion
 from fastllm.entrypoints.openai.serving_context import ServingContext
 from fastllm.entrypoints.openai.streaming import SSE_DONE, OutputStream, cancel_on_disconnect, collect, merge, sse, \
     start_all
+from fastllm.engine.input_processor import RequestError
+from fastllm.multimodal.chat import has_media, split_media
+from fastllm.multimodal.media import fetch_allowed
 from fastllm.outputs import CompletionOutput, RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -36,7 +40,9 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     rendered = []
     for message in messages:
         item = message.model_dump(exclude_none=True)
-        if isinstance(message.content, list):
+        if isinstance(message.content, list) and has_media([item]):
+            pass  # image/video parts stay: split_media hands them to the template and the engine
+        elif isinstance(message.content, list):
             if any(part.get("type") != "text" for part in message.content):
                 raise OpenAIError(400, "only text content parts are supported", "messages")
             item["content"] = "\n".join(part.get("text", "") for part in message.content)
@@ -68,22 +74,23 @@ class ChatServing:
     async def create(self, request: ChatCompletionRequest, raw: Request) -> Response:
         return await self.ctx.counted(self._create(request, raw))
 
-    def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate]:
-        """Rendered in the template sandbox (``fastllm.chat.sandbox``); blocks, so run it off the loop."""
+    def _prompt(self, request: ChatCompletionRequest) -> tuple[str, ResolvedTemplate, dict[str, list[Any]]]:
+        """Rendered in the template sandbox (``fastllm.chat.sandbox``), media parts set aside;
+        blocks, so run it off the loop."""
         try:
             # a request's template is template text, never a file or a name: only the operator's may be
             template = ResolvedTemplate(request.chat_template, None) if request.chat_template else self.template
             tools = ([tool.model_dump(exclude_none=True) for tool in request.tools]
                      if request.tools and request.effective_tool_choice != "none" else None)
             tokenizer = self.ctx.tokenizer
-            prompt = self.renderer.render(template_source(tokenizer, template, tools),
-                                          template_messages(request.messages), tools,
+            messages, media = split_media(template_messages(request.messages))
+            prompt = self.renderer.render(template_source(tokenizer, template, tools), messages, tools,
                                           template_variables(tokenizer, request.chat_template_kwargs))
         except OpenAIError:
             raise
         except Exception as exc:  # a template error is the request's (or the template's): report, keep serving
             raise OpenAIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
-        return prompt, template
+        return prompt, template, media
 
     def _check_size(self, request: ChatCompletionRequest) -> None:
         """Messages whose text alone is longer than any prompt that fits are refused before rendering."""
@@ -119,14 +126,19 @@ class ChatServing:
         ctx.admit()
         check_tool_choice(request, self.auto_tools)
         self._check_size(request)
-        prompt, template = await ctx.off_loop(lambda: self._prompt(request))
+        prompt, template, media = await ctx.off_loop(lambda: self._prompt(request))
+        if media:
+            try:
+                media = await asyncio.to_thread(fetch_allowed, media, ctx.engine.config.allowed_media_domains)
+            except RequestError as exc:
+                raise OpenAIError(exc.code, str(exc), "messages") from exc
         prompt_token_ids = await ctx.off_loop(lambda: ctx.engine.inputs.tokenize(prompt, add_special_tokens=False))
         params = self._params(request, template, len(prompt_token_ids))
         await ctx.off_loop(lambda: ctx.prompt_token_ids([prompt_token_ids], params))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         ctx.log_request(request_id, prompt_token_ids, params)
         streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs,
-                              ctx.lora_request(model))]
+                              ctx.lora_request(model), multimodal_data=media)]
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),

@@ -141,7 +141,8 @@ class ServingContext:
 
     async def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                      params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
-                     lora_request: Optional[LoRARequest] = None, group: Optional[str] = None) -> OutputStream:
+                     lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
+                     multimodal_data: Optional[dict[str, Any]] = None) -> OutputStream:
         """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
 
         Closing or cancelling this stream before the request finished (a client that left,
@@ -150,7 +151,8 @@ class ServingContext:
         finished = False
         try:
             async for output in self.engine.generate(request_id, prompt, prompt_token_ids, params,
-                                                     chat_template_kwargs, lora_request, group):
+                                                     chat_template_kwargs, lora_request, group,
+                                                     multimodal_data):
                 if output.finished:
                     finished = True
                     self.metrics.on_engine_request_finished(output, lora_request and lora_request.lora_name)

@@ -1,0 +1,1 @@
+"""Images and video: media loading, the per-architecture processor plugins, and their inputs."""
