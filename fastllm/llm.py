@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from fastllm.config import EngineConfig
+from fastllm.engine.data_parallel import DataParallelEngine
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.outputs import RequestOutput
@@ -46,7 +47,7 @@ class LLM:
             num_gpu_blocks_override=num_gpu_blocks_override, max_num_batched_tokens=max_num_batched_tokens,
             kv_cache_ratio=kv_cache_ratio, enable_prefix_caching=enable_prefix_caching,
             quantization=quantization, reasoning_parser=reasoning_parser, **kwargs)
-        self.engine = LLMEngine(self.config)
+        self.engine = (DataParallelEngine if self.config.data_parallel_size > 1 else LLMEngine)(self.config)
         self._ids = itertools.count()
 
     @property
@@ -54,7 +55,7 @@ class LLM:
         return self.engine.tokenizer
 
     def shutdown(self) -> None:
-        """Stop the tensor-parallel workers, if any; the LLM is unusable afterwards."""
+        """Stop the tensor-parallel workers or data-parallel replicas, if any; the LLM is unusable afterwards."""
         self.engine.runner.shutdown()
 
     def __enter__(self) -> "LLM":

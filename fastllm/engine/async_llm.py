@@ -81,6 +81,8 @@ class AsyncLLM:
     """
 
     def __init__(self, config: EngineConfig):
+        if config.data_parallel_size > 1:
+            raise ValueError("data_parallel_size > 1 runs offline (LLM, fastllm bench) only, not in the server yet")
         self.engine = LLMEngine(config)
         self.config = config
         self.tokenizer = self.engine.tokenizer

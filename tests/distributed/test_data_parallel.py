@@ -1,0 +1,34 @@
+"""Data parallelism on the CPU: two replica processes give one engine's greedy tokens."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from fastllm import LLM, SamplingParams
+from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, _generate
+
+PROMPTS = SMOL_PROMPTS + ["Once upon a time", "The three primary colors are"]
+
+
+def test_dp2_matches_one_engine_and_balances(smollm2_path, smollm2_llm):
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    expected = [o.outputs.token_ids for o in _generate(smollm2_llm, PROMPTS, params)]
+    llm = LLM(smollm2_path, max_model_len=1024, num_gpu_blocks_override=64, data_parallel_size=2)
+    try:
+        replicas = llm.engine.replicas
+        assert [r.proc.is_alive() for r in replicas] == [True, True]
+        actual = [o.outputs.token_ids for o in _generate(llm, PROMPTS, params)]
+        assert actual == expected
+        # placement: four requests added at once spread two and two, and are all answered
+        engine = llm.engine
+        for i, prompt in enumerate(PROMPTS):
+            engine.add_request(f"r{i}", prompt, None, params)
+        assert [len(r.owned) for r in replicas] == [2, 2]
+        assert engine.abort_request("r3").finished
+        done = {}
+        while engine.has_unfinished_requests():
+            done.update({o.request_id: o.outputs.token_ids for o in engine.step() if o.finished})
+        assert [done[f"r{i}"] for i in range(3)] == expected[:3]
+    finally:
+        llm.shutdown()
+    assert not multiprocessing.active_children()
