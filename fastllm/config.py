@@ -37,7 +37,7 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
-    async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA, one rank)
+    async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA)
     quantization: Optional[str] = None
     quantize_lm_head: bool = False  # the LM head in weight-only int8 (fastllm.quantization.lm_head)
     reasoning_parser: Optional[str] = None

@@ -27,3 +27,9 @@ def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(x) for _ in range(tp_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=-1)
+
+
+def broadcast_input_ids(input_ids: torch.Tensor) -> torch.Tensor:
+    """Rank 0's step tokens into every rank's ``input_ids`` (queued on the device, no host wait)."""
+    dist.broadcast(input_ids, src=0)
+    return input_ids

@@ -142,7 +142,7 @@ class LLMEngine:
         return registry.get("speculative_decoders", spec.get("method", ""))(spec, self.config)
 
     def _overlap_steps(self) -> bool:
-        """Async scheduling: on where launches return early (CUDA, one rank), unless configured.
+        """Async scheduling: on where launches return early (CUDA), unless configured.
 
         A speculative decoder keeps it: steps without drafts overlap as in plain decoding, and
         only a step in which some sequence wants drafts runs on its own (see ``step``)."""

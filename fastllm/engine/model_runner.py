@@ -11,7 +11,6 @@ import torch
 from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
-from fastllm.distributed.parallel_state import tp_size
 from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
@@ -126,9 +125,10 @@ class ModelRunner:
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
-        """Unless ``enforce_eager``; the backend must be capturable; one rank only for now."""
-        return (not self.config.enforce_eager and tp_size() == 1
-                and getattr(self.backend, "cuda_graph_safe", False))
+        """Unless ``enforce_eager``; the backend must be capturable. Under tensor parallelism every
+        rank captures the same graphs (allocation runs on all ranks together) and replays the
+        same one each step, since all ranks see the same step metadata."""
+        return not self.config.enforce_eager and getattr(self.backend, "cuda_graph_safe", False)
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()

@@ -9,6 +9,7 @@ import torch
 
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import free_tcp_port
 from fastllm.engine.model_runner import ModelRunner
 from fastllm.engine.pending_step import PendingStep
@@ -33,7 +34,7 @@ class DriverRunner(ModelRunner):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_metadata: AttentionMetadata) -> torch.Tensor:
         self.workers.call("forward", encode_forward(input_ids, positions, attn_metadata))
-        return super().forward(input_ids, positions, attn_metadata)
+        return super().forward(broadcast_input_ids(input_ids), positions, attn_metadata)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         self.workers.call("compute_logits", rows)
@@ -56,6 +57,7 @@ class MultiprocExecutor:
                             platform.device.type, config, hf_config, loader, dtype)
                  for rank in range(1, world)]
         self.platform, self.config = platform, config
+        self.overlaps_steps = platform.overlaps_steps  # sampled tokens reach workers device to device
         self.workers = WorkerGroup(specs, platform.device)
         self._finalizer = weakref.finalize(self, self.workers.shutdown)
         try:
@@ -65,8 +67,6 @@ class MultiprocExecutor:
         except BaseException:
             self.shutdown()
             raise
-
-    overlaps_steps = False  # every forward sends its inputs to the workers as host values
 
     def launch(self, scheduled: list[ScheduledSequence],
                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:

@@ -1,7 +1,10 @@
 """One forward step as plain lists: what rank 0 sends its workers instead of Sequence objects.
 
 Lists of ints pickle far faster than small torch tensors (whose pickling goes through
-torch.save) and carry no device, so each worker rebuilds the tensors on its own GPU.
+torch.save) and carry no device, so each worker rebuilds the tensors on its own GPU. The
+token ids travel as a shape only: they may hold tokens the previous step sampled on the
+device, which rank 0 broadcasts device to device (``broadcast_input_ids``) instead of
+waiting for them on the host, so that steps overlap under tensor parallelism too.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ class TensorData(NamedTuple):
     dtype: torch.dtype
 
 
-Wire = tuple[TensorData, TensorData, tuple[Any, ...]]
+class Placeholder(NamedTuple):
+    numel: int
+    dtype: torch.dtype
+
+
+Wire = tuple[Placeholder, TensorData, tuple[Any, ...]]
 
 
 def _plain(value: Any) -> Any:
@@ -34,10 +42,12 @@ def _tensor(value: Any, device: torch.device) -> Any:
 
 def encode_forward(input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> Wire:
     """The arguments of ``ModelRunner.forward``; every metadata field travels, whatever it holds."""
-    return _plain(input_ids), _plain(positions), tuple(_plain(getattr(meta, f.name)) for f in fields(meta))
+    return (Placeholder(input_ids.numel(), input_ids.dtype), _plain(positions),
+            tuple(_plain(getattr(meta, f.name)) for f in fields(meta)))
 
 
 def decode_forward(wire: Wire, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """The forward's arguments; the token ids are an empty tensor for ``broadcast_input_ids`` to fill."""
     input_ids, positions, meta = wire
-    return (_tensor(input_ids, device), _tensor(positions, device),
+    return (torch.empty(input_ids.numel, dtype=input_ids.dtype, device=device), _tensor(positions, device),
             AttentionMetadata(*(_tensor(value, device) for value in meta)))

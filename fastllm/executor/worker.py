@@ -18,6 +18,7 @@ import torch
 
 from fastllm import registry
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
 from fastllm.engine.model_runner import ModelRunner
 from fastllm.executor.step_wire import Wire, decode_forward
@@ -54,7 +55,8 @@ class Worker:
         self.hidden: Optional[torch.Tensor] = None
 
     def forward(self, wire: Wire) -> None:
-        self.hidden = self.runner.forward(*decode_forward(wire, self.runner.device))
+        input_ids, positions, meta = decode_forward(wire, self.runner.device)
+        self.hidden = self.runner.forward(broadcast_input_ids(input_ids), positions, meta)
 
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)

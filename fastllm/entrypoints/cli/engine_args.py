@@ -62,8 +62,8 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
                         help="on by default; '--enable-chunked-prefill false' turns it off")
     parser.add_argument("--enforce-eager", action="store_true", default=None)
     parser.add_argument("--async-scheduling", nargs="?", const=True, default=None, type=env_bool,
-                        help="queue each step before reading the last one's tokens (default: on CUDA "
-                             "with one GPU); '--async-scheduling false' turns it off")
+                        help="queue each step before reading the last one's tokens (default: on CUDA); "
+                             "'--async-scheduling false' turns it off")
     parser.add_argument("--quantization", "-q", default=None)
     parser.add_argument("--quantize-lm-head", action="store_true", default=None,
                         help="store the LM head in weight-only int8 (faster batch-1 decode)")
