@@ -3,7 +3,8 @@
 # first; each step is time-boxed and writes its own file under $OUT, so a cut-short call
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
-#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality)
+#   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
+#    parallel)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -119,6 +120,16 @@ quantdecode)  # batch-1 decode of each method, the LM head float and quantized
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"
+  ;;
+parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 decode, then offline)
+  LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-500} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  step latency_tp1 100 $FASTLLM $LAT
+  step latency_tp2 110 $FASTLLM $LAT -tp 2
+  TAIL=8 step tp_tests 60 $PY -m pytest -q -x -p no:cacheprovider tests/distributed/test_tensor_parallel.py -k tp2_matches
+  step throughput_tp2 90 $FASTLLM $TPUT -tp 2 --output-json "$OUT/throughput_tp2.json"
+  step throughput_tp1 90 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
+  step throughput_dp2 90 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
   ;;
 esac
 done
