@@ -43,7 +43,7 @@ def run_replica(config: EngineConfig, num_threads: int, conn: Connection) -> Non
     """Process entry point: build the replica's engine, report its facts, then serve calls."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front, which shuts replicas down
     torch.set_num_threads(num_threads)
-    engine = None
+    engine, relay = None, PromptRelay()
     try:
         engine = LLMEngine(config)
         conn.send(("ok", (engine.max_model_len, engine.dtype)))
@@ -59,9 +59,10 @@ def run_replica(config: EngineConfig, num_threads: int, conn: Connection) -> Non
                     continue
                 conn.send(("ok", None))
             elif method == "abort_request":
+                relay.prompts.pop(args[0], None)
                 conn.send(("ok", engine.abort_request(*args)))
             else:  # step
-                conn.send(("ok", (engine.step(), _kv_usage(engine))))
+                conn.send(("ok", (relay.compact(engine.step()), _kv_usage(engine))))
     except EOFError:
         pass  # the front has gone
     except BaseException:
@@ -73,6 +74,34 @@ def run_replica(config: EngineConfig, num_threads: int, conn: Connection) -> Non
     finally:
         if engine is not None:
             engine.runner.shutdown()
+
+
+class PromptRelay:
+    """A request's prompt crosses the pipe with its first output only: a streaming request's
+    outputs each carry the whole prompt, which would otherwise be pickled again every step."""
+
+    def __init__(self) -> None:
+        self.prompts: dict[str, tuple[Optional[str], list[int]]] = {}
+
+    def compact(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
+        """In the replica: drop the prompt from every output but a request's first."""
+        for output in outputs:
+            if output.request_id in self.prompts:
+                output.prompt, output.prompt_token_ids = None, []
+            self.prompts[output.request_id] = (None, [])
+            if output.finished:
+                del self.prompts[output.request_id]
+        return outputs
+
+    def restore(self, output: RequestOutput) -> RequestOutput:
+        """In the front: give each output back the prompt its request's first one brought."""
+        if output.request_id in self.prompts:
+            output.prompt, output.prompt_token_ids = self.prompts[output.request_id]
+        else:
+            self.prompts[output.request_id] = (output.prompt, output.prompt_token_ids)
+        if output.finished:
+            del self.prompts[output.request_id]
+        return output
 
 
 @dataclass
@@ -159,6 +188,7 @@ class DataParallelEngine:
         self.replicas = self.runner.replicas
         self._owner: dict[str, Replica] = {}
         self._ready: list[RequestOutput] = []  # outputs of steps read while placing requests
+        self._relay = PromptRelay()
 
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
@@ -179,6 +209,7 @@ class DataParallelEngine:
         if replica is None:
             return None
         _, output = self._call(replica, "abort_request", request_id)
+        self._relay.prompts.pop(request_id, None)
         self._finish(replica, request_id)
         return output
 
@@ -218,7 +249,7 @@ class DataParallelEngine:
         for output in outputs:
             if output.finished:
                 self._finish(replica, output.request_id)
-        self._ready.extend(outputs)
+            self._ready.append(self._relay.restore(output))
 
     def _finish(self, replica: Replica, request_id: str) -> None:
         if self._owner.pop(request_id, None) is not None:

@@ -25,10 +25,14 @@ def test_dp2_matches_one_engine_and_balances(smollm2_path, smollm2_llm):
             engine.add_request(f"r{i}", prompt, None, params)
         assert [len(r.owned) for r in replicas] == [2, 2]
         assert engine.abort_request("r3").finished
-        done = {}
+        done, prompts = {}, {}
         while engine.has_unfinished_requests():
-            done.update({o.request_id: o.outputs.token_ids for o in engine.step() if o.finished})
+            for output in engine.step():  # streamed: every output has its prompt back
+                prompts.setdefault(output.request_id, set()).add(tuple(output.prompt_token_ids))
+                if output.finished:
+                    done[output.request_id] = output.outputs.token_ids
         assert [done[f"r{i}"] for i in range(3)] == expected[:3]
+        assert all(len(seen) == 1 and len(next(iter(seen))) > 3 for seen in prompts.values())
     finally:
         llm.shutdown()
     assert not multiprocessing.active_children()
