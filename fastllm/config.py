@@ -24,6 +24,7 @@ class EngineConfig(BaseModel):
     seed: int = 0
     max_model_len: Optional[int] = Field(None, gt=0)
     tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)  # layers split over stages of tensor_parallel_size ranks each
     data_parallel_size: int = Field(1, ge=1)  # engine replicas, each on its own devices
     block_size: int = Field(64, gt=0)
     max_num_seqs: int = Field(256, ge=1)

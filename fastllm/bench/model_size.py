@@ -11,7 +11,7 @@ from fastllm.llm import LLM
 def local_model(llm: LLM) -> nn.Module | None:
     """The whole model when this process holds it; None under tensor parallelism (each rank has a shard)."""
     config = llm.config
-    whole = config.tensor_parallel_size == config.data_parallel_size == 1
+    whole = config.tensor_parallel_size == config.pipeline_parallel_size == config.data_parallel_size == 1
     return engine_model(llm) if whole else None
 
 

@@ -118,7 +118,7 @@ class ReplicaGroup:
 
     def __init__(self, config: EngineConfig, device_type: str):
         size = config.data_parallel_size
-        per_replica = config.tensor_parallel_size
+        per_replica = config.tensor_parallel_size * config.pipeline_parallel_size
         replica_config = config.model_copy(update={"data_parallel_size": 1})
         threads = max(1, len(os.sched_getaffinity(0)) // size)
         ctx = mp.get_context("spawn")
@@ -264,7 +264,7 @@ def _visible_devices(device_type: str, count: int) -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
     if len(devices) < count:
-        raise ValueError(f"data_parallel_size x tensor_parallel_size needs {count} "
+        raise ValueError(f"data_parallel_size x tensor_parallel_size x pipeline_parallel_size needs {count} "
                          f"{device_type} devices; {len(devices)} are visible")
     return devices
 

@@ -49,8 +49,8 @@ class MultiprocExecutor:
 
     def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
                  dtype: torch.dtype, structured_output: Any = None):
-        world = config.tensor_parallel_size
-        _check_heads(hf_config, world)
+        world = config.tensor_parallel_size * config.pipeline_parallel_size
+        _check_heads(hf_config, config.tensor_parallel_size)
         _check_device_count(platform.device, world)
         init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         specs = [WorkerSpec(rank, world, init_method, platform.dist_backend, platform.name,
@@ -121,5 +121,5 @@ def _check_device_count(device: torch.device, world: int) -> None:
         return
     count = torch.get_device_module(device.type).device_count()
     if count < world:
-        raise ValueError(f"tensor_parallel_size={world} needs {world} {device.type} devices "
+        raise ValueError(f"tensor_parallel_size x pipeline_parallel_size={world} needs {world} {device.type} devices "
                          f"(one per rank); {count} are visible")

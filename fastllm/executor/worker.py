@@ -50,7 +50,8 @@ class Worker:
             torch.get_device_module(spec.device_type).set_device(spec.rank)  # rank r uses device r
         self.platform = registry.get("platforms", spec.platform_name)()
         self.config = spec.config
-        init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device)
+        init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device,
+                             spec.config.pipeline_parallel_size)
         self.runner = ModelRunner(spec.config, spec.hf_config, self.platform, spec.loader, spec.dtype)
         self.hidden: Optional[torch.Tensor] = None
 

@@ -21,7 +21,6 @@ from tests.server.conftest import HOST, free_port
 
 @pytest.mark.parametrize("flags, reason", [
     (["--lora-modules", "sql=/loras/sql"], "LoRA"),
-    (["--pipeline-parallel-size", "2"], "pipeline parallelism"),
     (["--num-scheduler-steps", "8"], "multi-step"),
     (["--distributed-executor-backend", "ray"], "executor backend"),
     (["--max-seq-len-to-capture", "4096"], "CUDA-graph"),

@@ -50,6 +50,7 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
+    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=None)
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=256)
