@@ -157,10 +157,13 @@ class ModelRunner:
         penalties) see its tokens while the device computes this step's logits.
         """
         inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
-        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        hidden = self.forward_step(inputs)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
         return self._sample(hidden, inputs, results, before_sampling)
+
+    def forward_step(self, inputs: ModelInputs) -> torch.Tensor:
+        return self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_metadata: AttentionMetadata) -> torch.Tensor:

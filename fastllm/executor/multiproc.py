@@ -7,10 +7,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from fastllm.attention.metadata import AttentionMetadata
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import free_tcp_port
+from fastllm.engine.input_batch import ModelInputs
 from fastllm.engine.model_runner import ModelRunner
 from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
@@ -22,7 +22,7 @@ from fastllm.executor.worker_group import WorkerGroup
 class DriverRunner(ModelRunner):
     """Rank 0's runner: announces each collective-bearing call to the workers, then makes it.
 
-    During a step only ``forward`` and ``compute_logits`` reach the layers' collectives, so
+    During a step only ``forward_step`` and ``compute_logits`` reach the layers' collectives, so
     the workers replay exactly those, with the same arguments, and sampling stays here.
     (``profile_peak_bytes`` calls the model directly: workers run their own profile.)
     """
@@ -31,10 +31,10 @@ class DriverRunner(ModelRunner):
         self.workers = workers
         super().__init__(*args)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attn_metadata: AttentionMetadata) -> torch.Tensor:
-        self.workers.call("forward", encode_forward(input_ids, positions, attn_metadata))
-        return super().forward(broadcast_input_ids(input_ids), positions, attn_metadata)
+    def forward_step(self, inputs: ModelInputs) -> torch.Tensor:
+        """The workers get the step from host memory (no wait for the device) and its tokens by broadcast."""
+        self.workers.call("forward", encode_forward(inputs.input_ids, inputs.host_positions, inputs.host_metadata))
+        return self.forward(broadcast_input_ids(inputs.input_ids), inputs.positions, inputs.attn_metadata)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         self.workers.call("compute_logits", rows)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
+from fastllm.platforms.transfer import to_device
 
 
 class TensorData(NamedTuple):
@@ -36,7 +37,7 @@ def _plain(value: Any) -> Any:
 
 def _tensor(value: Any, device: torch.device) -> Any:
     if isinstance(value, TensorData):
-        return torch.tensor(value.values, dtype=value.dtype, device=device)
+        return to_device(value.values, value.dtype, device)
     return value
 
 
