@@ -126,10 +126,12 @@ parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 d
   TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-500} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
   step latency_tp1 100 $FASTLLM $LAT
   step latency_tp2 110 $FASTLLM $LAT -tp 2
-  TAIL=8 step tp_tests 60 $PY -m pytest -q -x -p no:cacheprovider tests/distributed/test_tensor_parallel.py -k tp2_matches
+  TAIL=8 step parallel_tests 90 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -p no:cacheprovider \
+    tests/distributed/test_tensor_parallel.py tests/distributed/test_pipeline_parallel.py -k "tp2_matches or 1-2"
   step throughput_tp2 90 $FASTLLM $TPUT -tp 2 --output-json "$OUT/throughput_tp2.json"
   step throughput_tp1 90 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
   step throughput_dp2 90 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
+  step throughput_pp2 90 $FASTLLM $TPUT -pp 2 --output-json "$OUT/throughput_pp2.json"
   ;;
 esac
 done
