@@ -55,13 +55,8 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
 
 
 def destroy_tensor_parallel() -> None:
-    """Leave the group (a no-op when it was never joined or was aborted).
-
-    NCCL communicators are aborted rather than destroyed: no collective is owed any more, and a
-    destroy can wait forever on communicators that captured CUDA graphs still reference.
-    """
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        abort_tensor_parallel()
+    """Leave the group (a no-op when it was never joined or was aborted). Drop captured CUDA
+    graphs first: destroying a NCCL group that a live graph captured hangs (pytorch#115388)."""
     if dist.is_initialized():
         dist.destroy_process_group()
     reset_layout()

@@ -11,7 +11,7 @@ import torch
 from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
-from fastllm.distributed.parallel_state import is_last_stage, logits_to_driver, pp_size
+from fastllm.distributed.parallel_state import is_last_stage, logits_to_driver, pp_size, tp_size
 from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
@@ -133,11 +133,13 @@ class ModelRunner:
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
-        """Unless ``enforce_eager``; the backend must be capturable. Under tensor parallelism every
-        rank captures the same graphs (allocation runs on all ranks together) and replays the
-        same one each step, since all ranks see the same step metadata. Not under pipeline
-        parallelism, whose stages pass activations by send and receive."""
+        """Unless ``enforce_eager``; the backend must be capturable. Under tensor parallelism only
+        with ``tp_cuda_graphs``: every rank captures the same graphs (allocation runs on all
+        ranks together) and replays the same one each step, since all ranks see the same step
+        metadata. Not under pipeline parallelism, whose stages pass activations by send and
+        receive."""
         return (not self.config.enforce_eager and pp_size() == 1
+                and (tp_size() == 1 or self.config.tp_cuda_graphs)
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------

@@ -59,10 +59,12 @@ class MultiprocExecutor:
         self.platform, self.config = platform, config
         self.overlaps_steps = platform.overlaps_steps  # sampled tokens reach workers device to device
         self.workers = WorkerGroup(specs, platform.device)
-        self._finalizer = weakref.finalize(self, self.workers.shutdown)
+        self._runners: list[ModelRunner] = []  # filled once built: the finalizer must not hold self
+        self._finalizer = weakref.finalize(self, _shut_down, self.workers, self._runners)
         try:
             self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype,
                                        structured_output)
+            self._runners.append(self.runner)
             self.workers.gather()  # every rank has built its shard
         except BaseException:
             self.shutdown()
@@ -105,6 +107,13 @@ class MultiprocExecutor:
 
     def shutdown(self) -> None:
         self._finalizer()
+
+
+def _shut_down(workers: WorkerGroup, runners: list[ModelRunner]) -> None:
+    """Captured CUDA graphs go before the process group does (see ``destroy_tensor_parallel``)."""
+    for runner in runners:
+        runner.graphs = None
+    workers.shutdown()
 
 
 def _check_heads(hf_config: Any, world: int) -> None:

@@ -79,6 +79,7 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
     once the shard is built.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to rank 0, which shuts workers down
+    worker = None
     try:
         conn.send(("ok", None))
         worker = Worker(spec)
@@ -97,6 +98,8 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
         _report(conn, traceback.format_exc())
         raise SystemExit(1)
     finally:
+        if worker is not None:
+            worker.runner.graphs = None
         destroy_tensor_parallel()
 
 
