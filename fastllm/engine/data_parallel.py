@@ -128,8 +128,10 @@ class ReplicaGroup:
             devices = _visible_devices(device_type, size * per_replica)
             for index in range(size):
                 ours, theirs = ctx.Pipe()
+                # not a daemon, so that it may spawn tensor-parallel workers; it exits when told
+                # (the finalizer runs before multiprocessing joins children at exit) or at EOF
                 proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs),
-                                   name=f"fastllm-dp-replica{index}", daemon=True)
+                                   name=f"fastllm-dp-replica{index}")
                 with _only_devices(device_type, devices[index * per_replica:(index + 1) * per_replica]):
                     proc.start()
                 theirs.close()

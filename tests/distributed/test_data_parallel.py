@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 
 from fastllm import LLM, SamplingParams
-from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, _generate
+from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, TINY_PROMPTS, _generate
 
 PROMPTS = SMOL_PROMPTS + ["Once upon a time", "The three primary colors are"]
 
@@ -33,6 +33,20 @@ def test_dp2_matches_one_engine_and_balances(smollm2_path, smollm2_llm):
                     done[output.request_id] = output.outputs.token_ids
         assert [done[f"r{i}"] for i in range(3)] == expected[:3]
         assert all(len(seen) == 1 and len(next(iter(seen))) > 3 for seen in prompts.values())
+    finally:
+        llm.shutdown()
+    assert not multiprocessing.active_children()
+
+
+def test_dp2_replicas_of_tp2(tiny_llama_dir):
+    """Each replica drives its own tensor-parallel worker (a replica may have children)."""
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+    prompts = [{"prompt_token_ids": p} for p in TINY_PROMPTS]
+    kwargs = dict(load_format="dummy", num_gpu_blocks_override=32, block_size=16)
+    expected = [o.outputs.token_ids for o in _generate(LLM(tiny_llama_dir, **kwargs), prompts, params)]
+    llm = LLM(tiny_llama_dir, data_parallel_size=2, tensor_parallel_size=2, **kwargs)
+    try:
+        assert [o.outputs.token_ids for o in _generate(llm, prompts, params)] == expected
     finally:
         llm.shutdown()
     assert not multiprocessing.active_children()
