@@ -12,7 +12,8 @@ from transformers import LlamaConfig
 from fastllm import LLM, SamplingParams
 from fastllm.testing.models import save_tiny_checkpoint
 from tests.conftest import TINY_LLAMA
-from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, TINY_PROMPTS, _generate
+from tests.distributed.test_tensor_parallel import (TINY_PROMPTS, _generate, assert_same_outputs,
+                                                    assert_smollm2_matches, assert_start_fails)
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=8, logprobs=2, prompt_logprobs=2)
 
@@ -42,28 +43,17 @@ def test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_e
         actual = _generate(llm, [{"prompt_token_ids": p} for p in TINY_PROMPTS], PARAMS)
     finally:
         llm.shutdown()
-    for a, e in zip(actual, tiny_expected):
-        assert a.outputs.token_ids == e.outputs.token_ids
-        assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
-        assert a.prompt_logprobs[1:] == [pytest.approx(step, abs=1e-4) for step in e.prompt_logprobs[1:]]
+    assert_same_outputs(actual, tiny_expected)
     assert not multiprocessing.active_children()
     assert not dist.is_initialized()
 
 
 def test_pp2_matches_one_process_on_smollm2(smollm2_path, smollm2_llm):
     """SmolLM2 ties its LM head to the embedding: the last stage holds the embedding too."""
-    params = SamplingParams(temperature=0.0, max_tokens=10)
-    expected = [o.outputs.token_ids for o in _generate(smollm2_llm, SMOL_PROMPTS, params)]
-    llm = LLM(smollm2_path, max_model_len=1024, num_gpu_blocks_override=128, pipeline_parallel_size=2)
-    try:
-        actual = [o.outputs.token_ids for o in _generate(llm, SMOL_PROMPTS, params)]
-    finally:
-        llm.shutdown()
-    assert actual == expected
+    assert_smollm2_matches(smollm2_path, smollm2_llm, pipeline_parallel_size=2)
 
 
 def test_more_stages_than_layers_fails_at_start(tiny_llama_dir):
-    with pytest.raises(ValueError, match="2 layers cannot be split over pipeline_parallel_size=3"):
-        LLM(tiny_llama_dir, load_format="dummy", pipeline_parallel_size=3, num_gpu_blocks_override=8)
-    assert not multiprocessing.active_children()
-    assert not dist.is_initialized()
+    assert_start_fails("2 layers cannot be split over pipeline_parallel_size=3",
+                       lambda: LLM(tiny_llama_dir, load_format="dummy", pipeline_parallel_size=3,
+                                   num_gpu_blocks_override=8))
