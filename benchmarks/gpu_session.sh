@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moethroughput)
+#   moe, moedecode, moethroughput, parallel)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -140,6 +140,18 @@ moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNI
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"
+  ;;
+parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 decode, then offline)
+  LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-500} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  step latency_tp1 100 $FASTLLM $LAT
+  step latency_tp2 110 $FASTLLM $LAT -tp 2
+  TAIL=8 step parallel_tests 90 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -p no:cacheprovider \
+    tests/distributed/test_tensor_parallel.py tests/distributed/test_pipeline_parallel.py -k "tp2_matches or 1-2"
+  step throughput_tp2 90 $FASTLLM $TPUT -tp 2 --output-json "$OUT/throughput_tp2.json"
+  step throughput_tp1 90 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
+  step throughput_dp2 90 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
+  step throughput_pp2 90 $FASTLLM $TPUT -pp 2 --output-json "$OUT/throughput_pp2.json"
   ;;
 esac
 done

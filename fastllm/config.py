@@ -24,6 +24,8 @@ class EngineConfig(BaseModel):
     seed: int = 0
     max_model_len: Optional[int] = Field(None, gt=0)
     tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)  # layers split over stages of tensor_parallel_size ranks each
+    data_parallel_size: int = Field(1, ge=1)  # engine replicas, each on its own devices
     block_size: int = Field(64, gt=0)
     max_num_seqs: int = Field(256, ge=1)
     max_num_batched_tokens: Optional[int] = Field(None, gt=0)
@@ -35,7 +37,8 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
-    async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA, one rank)
+    tp_cuda_graphs: bool = False  # CUDA graphs under tensor parallelism (opt-in: see benchmarks/RESULTS.md)
+    async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA)
     quantization: Optional[str] = None
     quantize_lm_head: bool = False  # the LM head in weight-only int8 (fastllm.quantization.lm_head)
     reasoning_parser: Optional[str] = None

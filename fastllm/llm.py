@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
+from fastllm.engine.data_parallel import DataParallelEngine
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.outputs import RequestOutput
@@ -52,7 +53,7 @@ class LLM:
                      reasoning_parser=reasoning_parser)
         kwargs.setdefault("allowed_local_media_path", "/")  # offline, the caller's own files
         self.config = EngineConfig(model=model, **{k: v for k, v in named.items() if v is not None}, **kwargs)
-        self.engine = LLMEngine(self.config)
+        self.engine = (DataParallelEngine if self.config.data_parallel_size > 1 else LLMEngine)(self.config)
         self._ids = itertools.count()
 
     @property
@@ -60,7 +61,7 @@ class LLM:
         return self.engine.tokenizer
 
     def shutdown(self) -> None:
-        """Stop the tensor-parallel workers, if any; the LLM is unusable afterwards."""
+        """Stop the tensor-parallel workers or data-parallel replicas, if any; the LLM is unusable afterwards."""
         self.engine.runner.shutdown()
 
     def __enter__(self) -> "LLM":

@@ -13,7 +13,9 @@ from fastllm.llm import LLM
 
 def local_model(llm: LLM) -> nn.Module | None:
     """The whole model when this process holds it; None under tensor parallelism (each rank has a shard)."""
-    return engine_model(llm) if llm.config.tensor_parallel_size == 1 else None
+    config = llm.config
+    whole = config.tensor_parallel_size == config.pipeline_parallel_size == config.data_parallel_size == 1
+    return engine_model(llm) if whole else None
 
 
 def _token_shares(model: nn.Module) -> dict[int, float]:

@@ -1,22 +1,83 @@
-"""Tensor-parallel rank and size of this process, and the collectives the layers need."""
+"""This process's place among the ranks (tensor-parallel rank and size, pipeline stage), and
+the collectives the layers need.
+
+Ranks are laid out stage by stage: rank ``r`` is tensor-parallel rank ``r % tp`` of pipeline
+stage ``r // tp``, so rank 0 (the driver) sits in the first stage.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 
+@dataclass
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    tp_group: Optional[dist.ProcessGroup] = None  # None: the default group (no pipeline)
+
+
+_layout = Layout()
+
+
+def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> None:
+    """Record the split and, under pipeline parallelism, make each stage's tensor-parallel group
+    (every rank creates every group, in the same order)."""
+    global _layout
+    group = None
+    if pipeline_parallel_size > 1:
+        for stage in range(pipeline_parallel_size):
+            ranks = list(range(stage * tensor_parallel_size, (stage + 1) * tensor_parallel_size))
+            created = dist.new_group(ranks)
+            if dist.get_rank() in ranks:
+                group = created
+    _layout = Layout(tensor_parallel_size, pipeline_parallel_size, group)
+
+
+def reset_layout() -> None:
+    global _layout
+    _layout = Layout()
+
+
 def tp_size() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 1
+    return _layout.tp if dist.is_initialized() else 1
 
 
 def tp_rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
+    return dist.get_rank() % tp_size() if dist.is_initialized() else 0
+
+
+def pp_size() -> int:
+    return _layout.pp if dist.is_initialized() else 1
+
+
+def pp_rank() -> int:
+    return dist.get_rank() // tp_size() if dist.is_initialized() else 0
+
+
+def is_first_stage() -> bool:
+    return pp_rank() == 0
+
+
+def is_last_stage() -> bool:
+    return pp_rank() == pp_size() - 1
+
+
+def stage_layers(num_layers: int) -> range:
+    """The decoder layers this rank's stage runs: contiguous, as even as the count allows."""
+    size, stage = pp_size(), pp_rank()
+    if num_layers < size:
+        raise ValueError(f"{num_layers} layers cannot be split over pipeline_parallel_size={size}")
+    return range(stage * num_layers // size, (stage + 1) * num_layers // size)
 
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     if tp_size() > 1:
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=_layout.tp_group)
     return x
 
 
@@ -25,5 +86,39 @@ def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     if tp_size() == 1:
         return x
     parts = [torch.empty_like(x) for _ in range(tp_size())]
-    dist.all_gather(parts, x.contiguous())
+    dist.all_gather(parts, x.contiguous(), group=_layout.tp_group)
     return torch.cat(parts, dim=-1)
+
+
+def broadcast_input_ids(input_ids: torch.Tensor) -> torch.Tensor:
+    """Rank 0's step tokens into every rank's ``input_ids`` (queued on the device, no host wait)."""
+    dist.broadcast(input_ids, src=0)
+    return input_ids
+
+
+def send_to_next_stage(*tensors: torch.Tensor) -> None:
+    """Hand activations to the same tensor-parallel rank of the next stage."""
+    for tensor in tensors:
+        dist.send(tensor.contiguous(), dst=dist.get_rank() + tp_size())
+
+
+def receive_from_previous_stage(count: int, shape: tuple[int, ...], dtype: torch.dtype,
+                                device: torch.device) -> list[torch.Tensor]:
+    tensors = [torch.empty(shape, dtype=dtype, device=device) for _ in range(count)]
+    for tensor in tensors:
+        dist.recv(tensor, src=dist.get_rank() - tp_size())
+    return tensors
+
+
+def logits_to_driver(logits: Optional[torch.Tensor], shape: tuple[int, int],
+                     device: torch.device) -> Optional[torch.Tensor]:
+    """The last stage's logits on rank 0, which samples; other ranks get what they passed."""
+    if pp_size() == 1:
+        return logits
+    last_stage_rank, rank = (pp_size() - 1) * tp_size(), dist.get_rank()
+    if rank == last_stage_rank:
+        dist.send(logits.contiguous(), dst=0)
+    elif rank == 0:
+        logits = torch.empty(shape, dtype=torch.float32, device=device)
+        dist.recv(logits, src=last_stage_rank)
+    return logits

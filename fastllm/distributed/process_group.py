@@ -13,6 +13,8 @@ import socket
 import torch
 import torch.distributed as dist
 
+from fastllm.distributed.parallel_state import reset_layout, set_layout
+
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off.
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0"}
 
@@ -34,8 +36,9 @@ def cpu_threads_per_rank(world_size: int) -> int:
 
 
 def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: str,
-                         device: torch.device) -> None:
+                         device: torch.device, pipeline_parallel_size: int = 1) -> None:
     """Join the default group as ``rank`` on ``device``; blocks until all ranks have joined.
+    ``world_size`` is tensor x pipeline parallel size (see ``parallel_state`` for the layout).
 
     A CPU rank also narrows itself to its share of the cores (``cpu_threads_per_rank``).
     """
@@ -48,12 +51,15 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
         torch.set_num_threads(cpu_threads_per_rank(world_size))
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                             device_id=None if device.type == "cpu" else device)
+    set_layout(world_size // pipeline_parallel_size, pipeline_parallel_size)
 
 
 def destroy_tensor_parallel() -> None:
-    """Leave the group (a no-op when it was never joined or was aborted)."""
+    """Leave the group (a no-op when it was never joined or was aborted). Drop captured CUDA
+    graphs first: destroying a NCCL group that a live graph captured hangs (pytorch#115388)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    reset_layout()
 
 
 def abort_tensor_parallel() -> None:
@@ -67,3 +73,4 @@ def abort_tensor_parallel() -> None:
     abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
     if abort is not None:
         abort()
+        reset_layout()

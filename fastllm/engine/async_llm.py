@@ -125,6 +125,8 @@ class AsyncLLM:
         at once (default: a sixteenth of ``max_num_seqs``, at least 4): a request arriving behind
         a big one shares the batch with only that many of its sequences, so its steps stay short;
         see ``fastllm.engine.fair_admission``."""
+        if config.data_parallel_size > 1:
+            raise ValueError("data_parallel_size > 1 runs offline (LLM, fastllm bench) only, not in the server yet")
         self.engine = LLMEngine(config)
         self.config = config
         self.tokenizer = self.engine.tokenizer

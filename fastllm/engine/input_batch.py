@@ -9,7 +9,7 @@ import torch
 
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.engine.scheduler import ScheduledSequence
-from fastllm.platforms.transfer import to_device
+from fastllm.platforms.transfer import to_device_with_host
 
 
 @dataclass
@@ -27,6 +27,8 @@ class ModelInputs:
     attn_metadata: AttentionMetadata
     order: list[ScheduledSequence]  # decodes first; the packing order of the tensors
     token_offsets: list[int]  # where each sequence's tokens start in the packed batch
+    host_positions: torch.Tensor  # positions and metadata again, in host memory: what workers are sent
+    host_metadata: AttentionMetadata
 
 
 def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: torch.device,
@@ -66,28 +68,34 @@ def pack_inputs(scheduled: list[ScheduledSequence], block_size: int, device: tor
     for q in query_lens:
         query_start.append(query_start[-1] + q)
 
-    longs = _packed([input_ids, positions, slots, fill_at, fill_from], torch.int64, device)
-    ints = _packed([query_start, seq_lens, tables], torch.int32, device)
+    host_longs, longs = _packed([input_ids, positions, slots, fill_at, fill_from], torch.int64, device)
+    host_ints, ints = _packed([query_start, seq_lens, tables], torch.int32, device)
     ids = longs[0]
     if fill_at:
         ids[longs[3]] = previous.tokens[longs[4]]
-    meta = AttentionMetadata(
-        slot_mapping=longs[2],
-        query_start_loc=ints[0],
-        seq_lens=ints[1],
-        block_tables=ints[2].view(len(order), max_blocks),
-        num_decodes=sum(1 for q in query_lens if q == 1),
-        max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        query_lens_cpu=query_lens,
-        seq_lens_cpu=seq_lens,
-    )
-    return ModelInputs(ids, longs[1], meta, order, offsets)
+
+    def metadata(longs: list[torch.Tensor], ints: list[torch.Tensor]) -> AttentionMetadata:
+        return AttentionMetadata(
+            slot_mapping=longs[2],
+            query_start_loc=ints[0],
+            seq_lens=ints[1],
+            block_tables=ints[2].view(len(order), max_blocks),
+            num_decodes=sum(1 for q in query_lens if q == 1),
+            max_query_len=max(query_lens),
+            max_seq_len=max(seq_lens),
+            query_lens_cpu=query_lens,
+            seq_lens_cpu=seq_lens,
+        )
+
+    return ModelInputs(ids, longs[1], metadata(longs, ints), order, offsets, host_longs[1],
+                       metadata(host_longs, host_ints))
 
 
-def _packed(fields: list[list[int]], dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    """The fields as views of one device buffer, each starting 16-byte aligned (Triton
-    specialises kernels on pointer alignment, so a misaligned view would compile a variant)."""
+def _packed(fields: list[list[int]], dtype: torch.dtype,
+            device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The fields as views of one host buffer and of its copy on the device, each starting
+    16-byte aligned (Triton specialises kernels on pointer alignment, so a misaligned view
+    would compile a variant)."""
     per_16_bytes = 16 // dtype.itemsize
     values: list[int] = []
     bounds = []
@@ -95,5 +103,5 @@ def _packed(fields: list[list[int]], dtype: torch.dtype, device: torch.device) -
         values += [0] * (-len(values) % per_16_bytes)
         bounds.append((len(values), len(values) + len(values_of_field)))
         values += values_of_field
-    buffer = to_device(values, dtype, device)
-    return [buffer[start:end] for start, end in bounds]
+    host, buffer = to_device_with_host(values, dtype, device)
+    return [host[start:end] for start, end in bounds], [buffer[start:end] for start, end in bounds]

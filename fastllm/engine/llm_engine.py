@@ -59,17 +59,22 @@ def select_platform(name: Optional[str]) -> Any:
     return max(available, key=lambda factory: factory.priority)()
 
 
+def load_model_files(config: EngineConfig) -> tuple[str, Any, Any, Any]:
+    """The model's load format, its loader, its HF config (with ``hf_overrides``) and its tokenizer."""
+    load_format = resolve_load_format(config.model, config.load_format)
+    loader = registry.get("load_formats", load_format)()
+    hf_config = loader.load_config(config.model)
+    for key, value in config.hf_overrides.items():
+        setattr(hf_config, key, value)
+    promote_text_config(hf_config)
+    return load_format, loader, hf_config, load_tokenizer(loader, config.model, config.tokenizer)
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.platform = select_platform(config.platform)
-        self.load_format = resolve_load_format(config.model, config.load_format)
-        loader = registry.get("load_formats", self.load_format)()
-        self.hf_config = loader.load_config(config.model)
-        for key, value in config.hf_overrides.items():
-            setattr(self.hf_config, key, value)
-        promote_text_config(self.hf_config)
-        self.tokenizer = load_tokenizer(loader, config.model, config.tokenizer)
+        self.load_format, loader, self.hf_config, self.tokenizer = load_model_files(config)
         self.multimodal = self._multimodal_processor()
         model_len = getattr(self.hf_config, "max_position_embeddings", None) or 2048
         if config.max_model_len and config.max_model_len > model_len:
@@ -151,7 +156,7 @@ class LLMEngine:
         return registry.get("speculative_decoders", spec.get("method", ""))(spec, self.config)
 
     def _overlap_steps(self) -> bool:
-        """Async scheduling: on where launches return early (CUDA, one rank), unless configured.
+        """Async scheduling: on where launches return early (CUDA), unless configured.
 
         A speculative decoder keeps it: steps without drafts overlap as in plain decoding, and
         only a step in which some sequence wants drafts runs on its own (see ``step``)."""

@@ -11,7 +11,7 @@ import torch
 from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
-from fastllm.distributed.parallel_state import tp_size
+from fastllm.distributed.parallel_state import is_last_stage, logits_to_driver, pp_size, tp_size
 from fastllm.engine.encoder_cache import EncoderRunner
 from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
 from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
@@ -83,10 +83,15 @@ class ModelRunner:
         return {"auto": self.dtype, "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
                 "fp8_e5m2": torch.float8_e5m2}[self.config.kv_cache_dtype]
 
+    def _stage_attention(self) -> list[Any]:
+        """The attention of each layer this rank holds (all of them but under pipeline parallelism)."""
+        layers = self.model.model.layers
+        return [layers[index].self_attn for index in self.model.model.stage]
+
     def bytes_per_block(self) -> int:
-        attn = self.model.model.layers[0].self_attn
+        attn = self._stage_attention()[0]
         per_token = 2 * attn.num_kv_heads * attn.head_dim * self.kv_cache_dtype().itemsize
-        return per_token * self.block_size * len(self.model.model.layers)
+        return per_token * self.block_size * len(self._stage_attention())
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """The serving cache; where the platform compiles kernels lazily, the warm-up, and where it
@@ -103,11 +108,13 @@ class ModelRunner:
                                                       max_query_len=1 + max_drafts)
 
     def _allocate_caches(self, num_blocks: int) -> None:
-        attn = self.model.model.layers[0].self_attn
+        attn = self._stage_attention()[0]
         shape = (num_blocks, self.block_size, attn.num_kv_heads, attn.head_dim)
-        self.kv_caches = [(torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device),
-                           torch.zeros(shape, dtype=self.kv_cache_dtype(), device=self.device))
-                          for _ in self.model.model.layers]
+        stage = self.model.model.stage
+        # another stage's layers keep their slots (caches are found by layer number), empty
+        self.kv_caches = [tuple(torch.zeros(shape if index in stage else (0,), dtype=self.kv_cache_dtype(),
+                                            device=self.device) for _ in range(2))
+                          for index in range(len(self.model.model.layers))]
         self.num_blocks = num_blocks
 
     @torch.inference_mode()
@@ -138,9 +145,14 @@ class ModelRunner:
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
-        """Unless ``enforce_eager``; the backend must be capturable; one rank only and no
-        adapters for now (their per-token slots are not a captured input)."""
-        return (not self.config.enforce_eager and tp_size() == 1 and self.adapters is None
+        """Unless ``enforce_eager``; the backend must be capturable; no adapters for now (their
+        per-token slots are not a captured input). Under tensor parallelism only with
+        ``tp_cuda_graphs``: every rank captures the same graphs (allocation runs on all ranks
+        together) and replays the same one each step, since all ranks see the same step
+        metadata. Not under pipeline parallelism, whose stages pass activations by send and
+        receive."""
+        return (not self.config.enforce_eager and pp_size() == 1 and self.adapters is None
+                and (tp_size() == 1 or self.config.tp_cuda_graphs)
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
@@ -164,10 +176,14 @@ class ModelRunner:
             self.adapter_batch = self.adapters.prepare_step([item.seq.adapter_id for item in inputs.order],
                                                             inputs.attn_metadata.query_lens_cpu)
         multimodal = self.encoder.step_inputs(inputs) if self.encoder is not None else None
-        hidden = self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata, multimodal)
+        hidden = self.forward_step(inputs, multimodal)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
         return self._sample(hidden, inputs, results, before_sampling)
+
+    def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
+        """One step's forward; a tensor-parallel driver also sends it to its workers."""
+        return self.forward(inputs.input_ids, inputs.positions, inputs.attn_metadata, multimodal)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata,
                 multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
@@ -193,7 +209,9 @@ class ModelRunner:
         if isinstance(rows, list) and rows == list(range(rows[0], rows[0] + len(rows))):
             rows = slice(rows[0], rows[0] + len(rows))  # decodes: a view, nothing to copy
         index = rows if isinstance(rows, slice) else to_device(rows, torch.int64, hidden.device)
-        return self.model.compute_logits(hidden[index])
+        logits = self.model.compute_logits(hidden[index]) if is_last_stage() else None
+        num_rows = len(rows) if isinstance(rows, list) else rows.stop - rows.start
+        return logits_to_driver(logits, (num_rows, self.hf_config.vocab_size), hidden.device)
 
     def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult],
                 before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
@@ -265,7 +283,8 @@ class ModelRunner:
         if num_tokens % max_model_len:
             lengths.append(num_tokens % max_model_len)
         hidden = self._throwaway_prefill(lengths)
-        self.model.compute_logits(hidden[: max_num_seqs])
+        if is_last_stage():
+            self.model.compute_logits(hidden[: max_num_seqs])
         self.platform.synchronize()
         return self.platform.peak_memory_bytes()
 

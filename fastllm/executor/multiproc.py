@@ -7,9 +7,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from fastllm.attention.metadata import AttentionMetadata
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import free_tcp_port
+from fastllm.engine.input_batch import ModelInputs
 from fastllm.engine.model_runner import ModelRunner
 from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
@@ -22,7 +23,7 @@ from fastllm.multimodal.inputs import StepMultimodal
 class DriverRunner(ModelRunner):
     """Rank 0's runner: announces each collective-bearing call to the workers, then makes it.
 
-    During a step only ``forward`` and ``compute_logits`` reach the layers' collectives, so
+    During a step only ``forward_step`` and ``compute_logits`` reach the layers' collectives, so
     the workers replay exactly those, with the same arguments, and sampling stays here.
     (``profile_peak_bytes`` calls the model directly: workers run their own profile.)
     """
@@ -31,10 +32,12 @@ class DriverRunner(ModelRunner):
         self.workers = workers
         super().__init__(*args)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata,
-                multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
-        self.workers.call("forward", encode_forward(input_ids, positions, attn_metadata, multimodal))
-        return super().forward(input_ids, positions, attn_metadata, multimodal)
+    def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
+        """The workers get the step from host memory (no wait for the device) and its tokens by broadcast."""
+        self.workers.call("forward", encode_forward(inputs.input_ids, inputs.host_positions, inputs.host_metadata,
+                                                    multimodal))
+        return self.forward(broadcast_input_ids(inputs.input_ids), inputs.positions, inputs.attn_metadata,
+                            multimodal)
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         self.workers.call("compute_logits", rows)
@@ -49,25 +52,26 @@ class MultiprocExecutor:
 
     def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
                  dtype: torch.dtype, structured_output: Any = None):
-        world = config.tensor_parallel_size
-        _check_heads(hf_config, world)
+        world = config.tensor_parallel_size * config.pipeline_parallel_size
+        _check_heads(hf_config, config.tensor_parallel_size)
         _check_device_count(platform.device, world)
         init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         specs = [WorkerSpec(rank, world, init_method, platform.dist_backend, platform.name,
                             platform.device.type, config, hf_config, loader, dtype)
                  for rank in range(1, world)]
         self.platform, self.config = platform, config
+        self.overlaps_steps = platform.overlaps_steps  # sampled tokens reach workers device to device
         self.workers = WorkerGroup(specs, platform.device)
-        self._finalizer = weakref.finalize(self, self.workers.shutdown)
+        self._runners: list[ModelRunner] = []  # filled once built: the finalizer must not hold self
+        self._finalizer = weakref.finalize(self, _shut_down, self.workers, self._runners)
         try:
             self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype,
                                        structured_output)
+            self._runners.append(self.runner)
             self.workers.gather()  # every rank has built its shard
         except BaseException:
             self.shutdown()
             raise
-
-    overlaps_steps = False  # every forward sends its inputs to the workers as host values
 
     def launch(self, scheduled: list[ScheduledSequence],
                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
@@ -108,6 +112,13 @@ class MultiprocExecutor:
         self._finalizer()
 
 
+def _shut_down(workers: WorkerGroup, runners: list[ModelRunner]) -> None:
+    """Captured CUDA graphs go before the process group does (see ``destroy_tensor_parallel``)."""
+    for runner in runners:
+        runner.graphs = None
+    workers.shutdown()
+
+
 def _check_heads(hf_config: Any, world: int) -> None:
     """Fail before spawning anything; the layers check every split again as they are built."""
     for field in ("num_attention_heads", "num_key_value_heads"):
@@ -122,5 +133,5 @@ def _check_device_count(device: torch.device, world: int) -> None:
         return
     count = torch.get_device_module(device.type).device_count()
     if count < world:
-        raise ValueError(f"tensor_parallel_size={world} needs {world} {device.type} devices "
+        raise ValueError(f"tensor_parallel_size x pipeline_parallel_size={world} needs {world} {device.type} devices "
                          f"(one per rank); {count} are visible")

@@ -18,6 +18,7 @@ import torch
 
 from fastllm import registry
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
 from fastllm.engine.model_runner import ModelRunner
 from fastllm.executor.step_wire import Wire, decode_forward
@@ -49,12 +50,14 @@ class Worker:
             torch.get_device_module(spec.device_type).set_device(spec.rank)  # rank r uses device r
         self.platform = registry.get("platforms", spec.platform_name)()
         self.config = spec.config
-        init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device)
+        init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device,
+                             spec.config.pipeline_parallel_size)
         self.runner = ModelRunner(spec.config, spec.hf_config, self.platform, spec.loader, spec.dtype)
         self.hidden: Optional[torch.Tensor] = None
 
     def forward(self, wire: Wire) -> None:
-        self.hidden = self.runner.forward(*decode_forward(wire, self.runner.device))
+        input_ids, positions, meta, multimodal = decode_forward(wire, self.runner.device)
+        self.hidden = self.runner.forward(broadcast_input_ids(input_ids), positions, meta, multimodal)
 
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)
@@ -76,6 +79,7 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
     once the shard is built.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to rank 0, which shuts workers down
+    worker = None
     try:
         conn.send(("ok", None))
         worker = Worker(spec)
@@ -94,6 +98,8 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
         _report(conn, traceback.format_exc())
         raise SystemExit(1)
     finally:
+        if worker is not None:
+            worker.runner.graphs = None
         destroy_tensor_parallel()
 
 

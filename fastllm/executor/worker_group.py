@@ -54,7 +54,8 @@ class WorkerGroup:
             threading.Thread(target=self._watch, name="fastllm-tp-watch", daemon=True).start()
             self.gather()  # every worker got past its imports: joining the group cannot wait on a corpse
             first = specs[0]
-            init_tensor_parallel(0, first.world_size, first.init_method, first.backend, device)
+            init_tensor_parallel(0, first.world_size, first.init_method, first.backend, device,
+                                 first.config.pipeline_parallel_size)
         except BaseException:
             self.shutdown()
             raise

@@ -7,12 +7,14 @@ from typing import Any, Iterable
 import torch
 import torch.nn as nn
 
-from fastllm.distributed.parallel_state import tp_size
+from fastllm.distributed.parallel_state import (is_first_stage, is_last_stage, receive_from_previous_stage,
+                                                send_to_next_stage, stage_layers, tp_size)
 from fastllm.layers.activation import SiluAndMul
 from fastllm.layers.attention import Attention
 from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from fastllm.layers.layernorm import RMSNorm
 from fastllm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from fastllm.layers.pipeline import OtherStage, on_this_stage
 from fastllm.layers.rotary import RotaryEmbedding, Rotation
 from fastllm.models.interface import rope_settings
 
@@ -88,18 +90,35 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    """Under pipeline parallelism, this stage's layers; the embedding on the first stage (and on
+    the last, when the LM head shares it), the final norm on the last."""
+
     def __init__(self, config: Any, layer_cls: type[LlamaDecoderLayer]):
         super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(layer_cls(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.hidden_size, self.dtype = config.hidden_size, torch.get_default_dtype()  # built in the model's dtype
+        self.stage = stage_layers(config.num_hidden_layers)
+        tied = getattr(config, "tie_word_embeddings", False)
+        self.embed_tokens = (VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+                             if is_first_stage() or (tied and is_last_stage()) else OtherStage())
+        self.layers = nn.ModuleList(layer_cls(config, i) if i in self.stage else OtherStage()
+                                    for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if is_last_stage() else OtherStage()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        residual = None
-        for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual)
+        """The final hidden states on the last stage; on another, what it sent the next one.
+        ``inputs_embeds``: the first stage's input when a multimodal model embedded it."""
+        if is_first_stage():
+            hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+            residual = None
+        else:
+            hidden, residual = receive_from_previous_stage(2, (input_ids.shape[0], self.hidden_size),
+                                                           self.dtype, input_ids.device)
+        for index in self.stage:
+            hidden, residual = self.layers[index](positions, hidden, residual)
+        if not is_last_stage():
+            send_to_next_stage(hidden, residual)
+            return hidden
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
@@ -116,8 +135,8 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config, self.layer_cls)
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
-        if getattr(config, "tie_word_embeddings", False):
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size) if is_last_stage() else OtherStage()
+        if getattr(config, "tie_word_embeddings", False) and is_last_stage():
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -133,6 +152,8 @@ class LlamaForCausalLM(nn.Module):
             if "rotary_emb.inv_freq" in name:
                 continue
             target, shard_id = self.checkpoint_target(name)
+            if not on_this_stage(self, target):
+                continue
             if target not in params:
                 if name == "lm_head.weight" and getattr(self.config, "tie_word_embeddings", False):
                     continue

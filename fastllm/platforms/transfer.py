@@ -15,9 +15,15 @@ import torch
 
 def to_device(values: Sequence[int | float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``values`` as a tensor on ``device``, queued behind the stream's work instead of waiting for it."""
-    if device.type == "cpu":
-        return torch.tensor(values, dtype=dtype)
-    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+    return to_device_with_host(values, dtype, device)[1]
+
+
+def to_device_with_host(values: Sequence[int | float], dtype: torch.dtype,
+                        device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like ``to_device``, and the host tensor it was copied from (on the CPU, the same tensor),
+    which the host may read without waiting for the device."""
+    host = torch.tensor(values, dtype=dtype, pin_memory=device.type != "cpu")
+    return host, host if device.type == "cpu" else host.to(device, non_blocking=True)
 
 
 class HostCopy:

@@ -35,6 +35,14 @@ def _generate(llm: LLM, prompts: list, params: SamplingParams) -> list:
     return outputs
 
 
+def assert_same_outputs(actual: list, expected: list) -> None:
+    """Same greedy tokens; logprobs equal up to the order of the ranks' float sums."""
+    for a, e in zip(actual, expected):
+        assert a.outputs.token_ids == e.outputs.token_ids
+        assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
+        assert a.prompt_logprobs[1:] == [pytest.approx(step, abs=1e-4) for step in e.prompt_logprobs[1:]]
+
+
 def _workers(llm: LLM) -> list[multiprocessing.Process]:
     return list(llm.engine.runner.workers.procs)
 
@@ -45,15 +53,12 @@ def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     single = _tiny(tiny_llama_dir, 1)
     expected = _generate(single, prompts, params)
     del single
-    llm = _tiny(tiny_llama_dir, 2)
+    llm = _tiny(tiny_llama_dir, 2, async_scheduling=True)  # sampled tokens reach the worker by broadcast
     try:
         actual = _generate(llm, prompts, params)
     finally:
         llm.shutdown()
-    for a, e in zip(actual, expected):
-        assert a.outputs.token_ids == e.outputs.token_ids
-        assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
-        assert a.prompt_logprobs[1:] == [pytest.approx(step, abs=1e-4) for step in e.prompt_logprobs[1:]]
+    assert_same_outputs(actual, expected)
 
 
 def test_tp2_int4_calibrates_on_every_rank(tiny_llama_dir):
@@ -76,10 +81,11 @@ def test_tp2_int4_calibrates_on_every_rank(tiny_llama_dir):
                                                                          abs=2e-2)
 
 
-def test_tp3_matches_tp1_on_smollm2(smollm2_path, smollm2_llm):
+def assert_smollm2_matches(smollm2_path: str, smollm2_llm: LLM, **parallel) -> None:
+    """The embedded model split as ``parallel`` says greedily writes what one process writes."""
     params = SamplingParams(temperature=0.0, max_tokens=10)
     expected = [o.outputs.token_ids for o in _generate(smollm2_llm, SMOL_PROMPTS, params)]
-    llm = LLM(smollm2_path, max_model_len=1024, num_gpu_blocks_override=128, tensor_parallel_size=3)
+    llm = LLM(smollm2_path, max_model_len=1024, num_gpu_blocks_override=128, **parallel)
     try:
         actual = [o.outputs.token_ids for o in _generate(llm, SMOL_PROMPTS, params)]
     finally:
@@ -87,11 +93,21 @@ def test_tp3_matches_tp1_on_smollm2(smollm2_path, smollm2_llm):
     assert actual == expected
 
 
-def test_heads_not_divisible_fails_at_start(tiny_llama_dir):
-    with pytest.raises(ValueError, match="4 attention heads cannot be split over tensor_parallel_size=3"):
-        _tiny(tiny_llama_dir, 3)
+def assert_start_fails(match: str, build) -> None:
+    """``build()`` raises ValueError matching ``match`` and leaves no process or group behind."""
+    with pytest.raises(ValueError, match=match):
+        build()
     assert not multiprocessing.active_children()
     assert not dist.is_initialized()
+
+
+def test_tp3_matches_tp1_on_smollm2(smollm2_path, smollm2_llm):
+    assert_smollm2_matches(smollm2_path, smollm2_llm, tensor_parallel_size=3)
+
+
+def test_heads_not_divisible_fails_at_start(tiny_llama_dir):
+    assert_start_fails("4 attention heads cannot be split over tensor_parallel_size=3",
+                       lambda: _tiny(tiny_llama_dir, 3))
 
 
 def test_failed_start_leaves_no_workers(tmp_path):

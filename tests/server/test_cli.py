@@ -20,7 +20,6 @@ from tests.server.conftest import HOST, free_port
 
 
 @pytest.mark.parametrize("flags, reason", [
-    (["--pipeline-parallel-size", "2"], "pipeline parallelism"),
     (["--num-scheduler-steps", "8"], "multi-step"),
     (["--distributed-executor-backend", "ray"], "executor backend"),
     (["--max-seq-len-to-capture", "4096"], "CUDA-graph"),

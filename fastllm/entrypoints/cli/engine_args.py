@@ -50,6 +50,8 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
+    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=None)
     parser.add_argument("--block-size", type=int, default=None, help="tokens per KV block (default 64)")
     parser.add_argument("--max-num-seqs", type=int, default=None, help="sequences per step (default 256)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
@@ -59,9 +61,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--enable-chunked-prefill", nargs="?", const=True, default=None, type=env_bool,
                         help="on by default; '--enable-chunked-prefill false' turns it off")
     parser.add_argument("--enforce-eager", action="store_true", default=None)
+    parser.add_argument("--tp-cuda-graphs", action="store_true", default=None,
+                        help="capture CUDA graphs under tensor parallelism too (faster decode; opt-in)")
     parser.add_argument("--async-scheduling", nargs="?", const=True, default=None, type=env_bool,
-                        help="queue each step before reading the last one's tokens (default: on CUDA "
-                             "with one GPU); '--async-scheduling false' turns it off")
+                        help="queue each step before reading the last one's tokens (default: on CUDA); "
+                             "'--async-scheduling false' turns it off")
     parser.add_argument("--quantization", "-q", default=None)
     parser.add_argument("--quantize-lm-head", action="store_true", default=None,
                         help="store the LM head in weight-only int8 (faster batch-1 decode)")

@@ -24,8 +24,6 @@ logger = logging.getLogger("fastllm")
 
 # dest -> (is the value something we cannot do?, why)
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "pipeline_parallel_size": (lambda v: v not in (None, 1),
-                               "pipeline parallelism is not supported; use --tensor-parallel-size"),
     "num_scheduler_steps": (lambda v: v not in (None, 1), "multi-step scheduling is not supported"),
     "distributed_executor_backend": (lambda v: v not in (None, "mp"),
                                      "only the 'mp' executor backend is available"),
@@ -181,7 +179,6 @@ def _add_server_args(parser: argparse.ArgumentParser) -> None:
 def _add_unsupported_args(parser: argparse.ArgumentParser) -> None:
     """Flags of 003's table that fastllm refuses: parsed only so that ``check_flags`` can explain."""
     group = parser.add_argument_group("not supported (refused at start)")
-    group.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
     group.add_argument("--num-scheduler-steps", type=int, default=None)
     group.add_argument("--distributed-executor-backend", default=None)
     group.add_argument("--max-seq-len-to-capture", type=int, default=None)

@@ -1,0 +1,288 @@
+"""Data parallelism: N engine replicas, each a process with its own device(s), behind one engine surface.
+
+Each replica is a whole ``LLMEngine`` (its own scheduler, KV cache and, under tensor or pipeline
+parallelism, its own workers). This process only places requests and relays outputs, so replicas
+step independently: ``step`` returns the outputs of whichever replicas finished a step first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import traceback
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Iterator, Optional
+
+import torch
+
+from fastllm.config import EngineConfig
+from fastllm.engine.input_processor import RequestError
+from fastllm.engine.llm_engine import LLMEngine, load_model_files, select_platform
+from fastllm.executor.worker_group import JOIN_TIMEOUT_S, WorkerError
+from fastllm.outputs import RequestOutput
+from fastllm.sampling_params import SamplingParams
+
+
+@dataclass
+class Load:
+    """What placement weighs: requests not finished (queue length), then the share of KV blocks in use."""
+
+    num_requests: int = 0
+    kv_usage: float = 0.0
+
+
+def _kv_usage(engine: LLMEngine) -> float:
+    return 1.0 - engine.kv_cache.num_free_blocks / engine.kv_cache.pool.num_usable_blocks
+
+
+def run_replica(config: EngineConfig, num_threads: int, conn: Connection) -> None:
+    """Process entry point: build the replica's engine, report its facts, then serve calls."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front, which shuts replicas down
+    torch.set_num_threads(num_threads)
+    engine, relay = None, PromptRelay()
+    try:
+        engine = LLMEngine(config)
+        conn.send(("ok", (engine.max_model_len, engine.dtype)))
+        while True:
+            method, args = conn.recv()
+            if method == "shutdown":
+                break
+            if method == "add_request":
+                try:
+                    engine.add_request(*args)
+                except RequestError as exc:
+                    conn.send(("rejected", (str(exc), exc.code)))
+                    continue
+                conn.send(("ok", None))
+            elif method == "abort_request":
+                relay.prompts.pop(args[0], None)
+                conn.send(("ok", engine.abort_request(*args)))
+            else:  # step
+                conn.send(("ok", (relay.compact(engine.step()), _kv_usage(engine))))
+    except EOFError:
+        pass  # the front has gone
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+        raise SystemExit(1)
+    finally:
+        if engine is not None:
+            engine.runner.shutdown()
+
+
+class PromptRelay:
+    """A request's prompt crosses the pipe with its first output only: a streaming request's
+    outputs each carry the whole prompt, which would otherwise be pickled again every step."""
+
+    def __init__(self) -> None:
+        self.prompts: dict[str, tuple[Optional[str], list[int]]] = {}
+
+    def compact(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
+        """In the replica: drop the prompt from every output but a request's first."""
+        for output in outputs:
+            if output.request_id in self.prompts:
+                output.prompt, output.prompt_token_ids = None, []
+            self.prompts[output.request_id] = (None, [])
+            if output.finished:
+                del self.prompts[output.request_id]
+        return outputs
+
+    def restore(self, output: RequestOutput) -> RequestOutput:
+        """In the front: give each output back the prompt its request's first one brought."""
+        if output.request_id in self.prompts:
+            output.prompt, output.prompt_token_ids = self.prompts[output.request_id]
+        else:
+            self.prompts[output.request_id] = (output.prompt, output.prompt_token_ids)
+        if output.finished:
+            del self.prompts[output.request_id]
+        return output
+
+
+@dataclass
+class Replica:
+    proc: mp.process.BaseProcess
+    conn: Connection
+    load: Load = field(default_factory=Load)
+    owned: set[str] = field(default_factory=set)  # its requests not finished yet
+    stepping: bool = False  # a step was sent and its reply not read
+
+
+class ReplicaGroup:
+    """The replica processes; ``shutdown`` stops them (the engine's ``runner`` role, for ``LLM.shutdown``)."""
+
+    def __init__(self, config: EngineConfig, device_type: str):
+        size = config.data_parallel_size
+        per_replica = config.tensor_parallel_size * config.pipeline_parallel_size
+        replica_config = config.model_copy(update={"data_parallel_size": 1})
+        threads = max(1, len(os.sched_getaffinity(0)) // size)
+        ctx = mp.get_context("spawn")
+        self.replicas: list[Replica] = []
+        self.closed = False
+        try:
+            devices = _visible_devices(device_type, size * per_replica)
+            for index in range(size):
+                ours, theirs = ctx.Pipe()
+                # not a daemon, so that it may spawn tensor-parallel workers; it exits when told
+                # (the finalizer runs before multiprocessing joins children at exit) or at EOF
+                proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs),
+                                   name=f"fastllm-dp-replica{index}")
+                with _only_devices(device_type, devices[index * per_replica:(index + 1) * per_replica]):
+                    proc.start()
+                theirs.close()
+                self.replicas.append(Replica(proc, ours))
+            facts = [self.receive(replica) for replica in self.replicas]
+        except BaseException:
+            self.shutdown()
+            raise
+        self.max_model_len = min(length for length, _ in facts)
+        self.dtype = facts[0][1]
+
+    def receive(self, replica: Replica) -> Any:
+        """The replica's next reply; raises WorkerError if it failed or died instead."""
+        wait([replica.conn, replica.proc.sentinel])
+        try:
+            status, value = replica.conn.recv()
+        except (EOFError, OSError):
+            replica.proc.join(JOIN_TIMEOUT_S)
+            raise WorkerError(f"{replica.proc.name} exited with code {replica.proc.exitcode}") from None
+        if status == "error":
+            raise WorkerError(f"{replica.proc.name} failed:\n{value}")
+        return status, value
+
+    def shutdown(self) -> None:
+        """Stop every replica (each stops its own workers); idempotent, and run at exit."""
+        if self.closed:
+            return
+        self.closed = True
+        for replica in self.replicas:
+            try:
+                replica.conn.send(("shutdown", ()))
+            except OSError:
+                pass  # already gone
+        for replica in self.replicas:
+            replica.proc.join(JOIN_TIMEOUT_S)
+            if replica.proc.is_alive():
+                replica.proc.kill()
+                replica.proc.join()
+            replica.conn.close()
+
+
+class DataParallelEngine:
+    """``LLMEngine``'s request surface (``add_request``, ``abort_request``, ``step``,
+    ``has_unfinished_requests``) over ``data_parallel_size`` replicas; a request goes to the
+    replica with the fewest unfinished requests, then the lowest KV-cache usage."""
+
+    error_output = staticmethod(LLMEngine.error_output)
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.platform = select_platform(config.platform)
+        self.load_format, _, self.hf_config, self.tokenizer = load_model_files(config)
+        self.runner = ReplicaGroup(config, self.platform.device.type)
+        self._finalizer = weakref.finalize(self, self.runner.shutdown)
+        self.max_model_len, self.dtype = self.runner.max_model_len, self.runner.dtype
+        self.replicas = self.runner.replicas
+        self._owner: dict[str, Replica] = {}
+        self._ready: list[RequestOutput] = []  # outputs of steps read while placing requests
+        self._relay = PromptRelay()
+
+    def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
+                    params: SamplingParams, arrival_time: Optional[float] = None,
+                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False) -> None:
+        if request_id in self._owner:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        replica = min(self.replicas, key=lambda r: (r.load.num_requests, r.load.kv_usage))
+        status, value = self._call(replica, "add_request", request_id, prompt, prompt_token_ids, params,
+                                   arrival_time, chat_template_kwargs, final_output_only)
+        if status == "rejected":
+            raise RequestError(*value)
+        replica.owned.add(request_id)
+        replica.load.num_requests += 1
+        self._owner[request_id] = replica
+
+    def abort_request(self, request_id: str) -> Optional[RequestOutput]:
+        replica = self._owner.get(request_id)
+        if replica is None:
+            return None
+        _, output = self._call(replica, "abort_request", request_id)
+        self._relay.prompts.pop(request_id, None)
+        self._finish(replica, request_id)
+        return output
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._owner) or bool(self._ready)
+
+    def step(self) -> list[RequestOutput]:
+        """Start a step on every idle replica that has requests; return the outputs of those
+        that finish one first (and of any read meanwhile)."""
+        for replica in self.replicas:
+            if replica.owned and not replica.stepping:
+                replica.conn.send(("step", ()))
+                replica.stepping = True
+        stepping = [r for r in self.replicas if r.stepping]
+        if stepping and not self._ready:
+            wait([r.conn for r in stepping] + [r.proc.sentinel for r in stepping])
+        for replica in stepping:
+            if replica.conn.poll() or not replica.proc.is_alive():
+                self._read_step(replica)
+        outputs, self._ready = self._ready, []
+        return outputs
+
+    def _call(self, replica: Replica, method: str, *args: Any) -> tuple[str, Any]:
+        """A call that waits for its reply; a step in flight on that replica is read first."""
+        if replica.stepping:
+            self._read_step(replica)
+        try:
+            replica.conn.send((method, args))
+        except OSError:
+            pass  # dead: receive reports how
+        return self.runner.receive(replica)
+
+    def _read_step(self, replica: Replica) -> None:
+        _, (outputs, kv_usage) = self.runner.receive(replica)
+        replica.stepping = False
+        replica.load.kv_usage = kv_usage
+        for output in outputs:
+            if output.finished:
+                self._finish(replica, output.request_id)
+            self._ready.append(self._relay.restore(output))
+
+    def _finish(self, replica: Replica, request_id: str) -> None:
+        if self._owner.pop(request_id, None) is not None:
+            replica.owned.discard(request_id)
+            replica.load.num_requests -= 1
+
+
+def _visible_devices(device_type: str, count: int) -> list[str]:
+    """The devices replicas split among them, in order; none to split on the CPU."""
+    if device_type == "cpu":
+        return [""] * count
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    if len(devices) < count:
+        raise ValueError(f"data_parallel_size x tensor_parallel_size x pipeline_parallel_size needs {count} "
+                         f"{device_type} devices; {len(devices)} are visible")
+    return devices
+
+
+@contextmanager
+def _only_devices(device_type: str, devices: list[str]) -> Iterator[None]:
+    """Let a replica spawned inside see only its own devices (a spawned child copies the environment)."""
+    if device_type == "cpu":
+        yield
+        return
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
