@@ -17,7 +17,7 @@ import random
 import time
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from fastllm import registry
 from fastllm.bench.datasets import BenchRequest, random_requests, sharegpt_requests

@@ -13,8 +13,6 @@ import json
 import logging
 from typing import Any, Iterator, NamedTuple, Optional
 
-import pytest
-
 from tests.server.conftest import MODEL, wait_idle
 
 VOCAB = 49152  # SmolLM2
