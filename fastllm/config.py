@@ -44,7 +44,8 @@ class EngineConfig(BaseModel):
     attention_backend: Optional[str] = None
     platform: Optional[str] = None
     speculative_config: Optional[dict[str, Any]] = None
-    structured_output_backend: str = "xgrammar"
+    structured_output_backend: str = "auto"
+    structured_output_strict: bool = True  # a request's guided_decoding.strict overrides it
     hf_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -126,9 +126,9 @@ class LLMEngine:
         return frozenset(ids)
 
     def _structured_output_backend(self) -> Any:
-        entries = registry.entries("structured_output_backends")
-        entry = entries.get(self.config.structured_output_backend)
-        return entry.factory(self.tokenizer, self.hf_config.vocab_size) if entry and self.tokenizer else None
+        """An unknown name fails here, at start-up, with the registered names listed."""
+        factory = registry.get("structured_output_backends", self.config.structured_output_backend)
+        return factory(self.tokenizer, self.hf_config.vocab_size) if self.tokenizer is not None else None
 
     def _speculative_decoder(self) -> Any:
         spec = self.config.speculative_config
@@ -161,8 +161,11 @@ class LLMEngine:
         if params.guided_decoding is not None:
             if self.structured_output is None:
                 raise RequestError("guided decoding needs a structured-output backend plugin and a tokenizer")
+            spec = params.guided_decoding
+            if spec.strict is None:
+                spec = spec.model_copy(update={"strict": self.config.structured_output_strict})
             try:
-                compiled = self.structured_output.compile(params.guided_decoding)
+                compiled = self.structured_output.compile(spec)
             except ValueError as exc:
                 raise RequestError(f"invalid guided decoding spec: {exc}") from exc
         thinking = (chat_template_kwargs or {}).get("enable_thinking", True)

@@ -72,6 +72,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--num-speculative-tokens", type=int, default=None,
                         help=f"lookahead draft length (env NUM_SPECULATIVE_TOKENS, default "
                              f"{DEFAULT_NUM_SPECULATIVE_TOKENS})")
+    parser.add_argument("--structured-output-backend", default=None,
+                        help="guided-decoding backend (default auto: per request, one that enforces the spec exactly)")
+    parser.add_argument("--structured-output-strict", nargs="?", const=True, default=None, type=env_bool,
+                        help="refuse a schema no backend enforces exactly (default on); "
+                             "'--structured-output-strict false' accepts approximations")
     parser.add_argument("--chat-template", default=None)
     parser.add_argument("--attention-backend", default=None)
     parser.add_argument("--seed", type=int, default=0)
