@@ -46,6 +46,7 @@ class EngineConfig(BaseModel):
     speculative_config: Optional[dict[str, Any]] = None
     structured_output_backend: str = "auto"
     structured_output_strict: bool = True  # a request's guided_decoding.strict overrides it
+    structured_output_compile_timeout: float = Field(30.0, gt=0.0)  # seconds; the server fails that request
     hf_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -5,6 +5,10 @@ requests come in through a thread-safe inbox, and each request's outputs go back
 to the event loop that asked for them through its own asyncio queue
 (``loop.call_soon_threadsafe``). Several event loops (several servers) may share
 one ``AsyncLLM``.
+
+The one exception is a guided request's grammar: it compiles on a worker thread (a large
+schema can take seconds), and the request comes back through the inbox once it is compiled,
+while the others keep stepping; one that outlasts the compile timeout fails alone.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
 from fastllm.config import EngineConfig
+from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
 from fastllm.engine.request_state import RequestState
 from fastllm.outputs import RequestOutput
@@ -68,6 +74,15 @@ class _Add:
 
 
 @dataclass
+class _Compiled:
+    """A guided request back from its compile: its grammar, or why it has none."""
+
+    add: _Add
+    grammar: Any = None
+    error: Optional[BaseException] = None
+
+
+@dataclass
 class _Abort:
     request_id: str
     notify: bool = False  # True when the server, not the consumer, ends the request
@@ -88,7 +103,9 @@ class AsyncLLM:
         self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
                                  num_free_blocks=self.engine.kv_cache.num_free_blocks)
         self.dead_error: Optional[BaseException] = None
-        self._inbox: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Add | _Compiled | _Abort | None] = queue.SimpleQueue()
+        self._compiling: dict[str, _Add] = {}  # guided requests whose grammar is compiling; guarded by _lock
+        self._compiler = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fastllm-grammar")
         self._streams: dict[str, _Stream] = {}
         self._stopping = False
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
@@ -100,8 +117,9 @@ class AsyncLLM:
     # ---- event-loop side ---------------------------------------------------------------------
     @property
     def num_pending(self) -> int:
-        """Requests not yet scheduled: the last snapshot's waiting ones plus those still in the inbox."""
-        return self.stats.num_requests_waiting + self._inbox.qsize()
+        """Requests not yet scheduled: the last snapshot's waiting ones plus those still in the inbox
+        or compiling their grammar."""
+        return self.stats.num_requests_waiting + self._inbox.qsize() + len(self._compiling)
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                        params: SamplingParams,
@@ -160,15 +178,22 @@ class AsyncLLM:
             item = self._inbox.get_nowait()
             if isinstance(item, _Add):
                 item.stream.put(error)
+        with self._lock:
+            compiling, self._compiling = list(self._compiling.values()), {}
+        for item in compiling:
+            item.stream.put(error)
         for stream in self._streams.values():
             stream.put(error)
         self._streams.clear()
+        self._compiler.shutdown(wait=False, cancel_futures=True)
 
     def _drain_inbox(self, block: bool) -> None:
         item = self._inbox.get() if block else self._next_nowait()
         while item is not None or not self._inbox.empty():
             if isinstance(item, _Add):
                 self._add(item)
+            elif isinstance(item, _Compiled):
+                self._add_compiled(item)
             elif isinstance(item, _Abort):
                 self._abort(item)
             item = self._next_nowait()
@@ -179,10 +204,13 @@ class AsyncLLM:
         except queue.Empty:
             return None
 
-    def _add(self, item: _Add) -> None:
+    def _add(self, item: _Add, grammar: Any = None) -> None:
+        if item.params.guided_decoding is not None and grammar is None and self.engine.structured_output is not None:
+            self._compile(item)
+            return
         try:
             self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
-                                    item.arrival_time, item.chat_template_kwargs)
+                                    item.arrival_time, item.chat_template_kwargs, grammar=grammar)
         except Exception as exc:  # RequestError for bad input; anything else fails this request only
             if not isinstance(exc, ValueError):
                 logger.exception("adding request %s failed", item.request_id)
@@ -190,7 +218,44 @@ class AsyncLLM:
             return
         self._streams[item.request_id] = item.stream
 
+    def _compile(self, item: _Add) -> None:
+        """Compile the request's grammar on a worker; the result, or a timeout, whichever comes
+        first, goes back through the inbox (see ``_add_compiled``)."""
+        with self._lock:
+            self._compiling[item.request_id] = item
+        timeout = self.config.structured_output_compile_timeout
+
+        def done(future: Future) -> None:
+            error = future.exception()
+            self._compiled(_Compiled(item, None if error else future.result(), error))
+
+        timer = threading.Timer(timeout, self._compiled, args=(_Compiled(item, error=RequestError(
+            f"invalid guided decoding spec: compiling it took longer than {timeout:g} s"), ),))
+        timer.daemon = True
+        timer.start()
+        future = self._compiler.submit(self.engine.compile_grammar, item.params.guided_decoding)
+        future.add_done_callback(done)
+        future.add_done_callback(lambda _: timer.cancel())
+
+    def _compiled(self, result: _Compiled) -> None:
+        """Any thread: hand a compile's outcome to the engine thread, unless the request already
+        has one (compiled or timed out) or was aborted meanwhile."""
+        with self._lock:
+            if self._compiling.pop(result.add.request_id, None) is not result.add or self._closed:
+                return
+            self._inbox.put(result)
+
+    def _add_compiled(self, result: _Compiled) -> None:
+        if result.error is not None:
+            if not isinstance(result.error, ValueError):
+                logger.error("compiling the grammar of request %s failed: %r", result.add.request_id, result.error)
+            result.add.stream.put(result.error)
+            return
+        self._add(result.add, grammar=result.grammar)
+
     def _abort(self, item: _Abort) -> None:
+        with self._lock:
+            self._compiling.pop(item.request_id, None)
         self._retire(self.engine.requests.get(item.request_id))
         output = self.engine.abort_request(item.request_id)
         stream = self._streams.pop(item.request_id, None)

@@ -22,7 +22,7 @@ from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from fastllm.sampling_params import SamplingParams
+from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 
 logger = logging.getLogger("fastllm")
 
@@ -147,27 +147,21 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
-                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False) -> None:
+                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
+                    grammar: Any = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
         ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
-        generation), instead of after every step that advanced it (streaming)."""
+        generation), instead of after every step that advanced it (streaming). ``grammar``: the
+        request's guided-decoding spec as ``compile_grammar`` returned it, compiled beforehand."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
         self.inputs.validate(prompt_token_ids, params)
         bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
-        compiled = None
-        if params.guided_decoding is not None:
-            if self.structured_output is None:
-                raise RequestError("guided decoding needs a structured-output backend plugin and a tokenizer")
-            spec = params.guided_decoding
-            if spec.strict is None:
-                spec = spec.model_copy(update={"strict": self.config.structured_output_strict})
-            try:
-                compiled = self.structured_output.compile(spec)
-            except ValueError as exc:
-                raise RequestError(f"invalid guided decoding spec: {exc}") from exc
+        compiled = grammar
+        if params.guided_decoding is not None and compiled is None:
+            compiled = self.compile_grammar(params.guided_decoding)
         thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
         samples = []
         for index in range(params.n):
@@ -191,6 +185,19 @@ class LLMEngine:
             if self.speculator is not None:
                 self.speculator.on_prompt(sample.seq)
             self.scheduler.add(sample.seq)
+
+    def compile_grammar(self, spec: GuidedDecodingParams) -> Any:
+        """The structured-output backend's grammar for ``spec`` (strict as configured unless the
+        request says); raises RequestError, naming what and where, for one it refuses. Safe to
+        call off the engine thread: the backends compile concurrently with masking."""
+        if self.structured_output is None:
+            raise RequestError("guided decoding needs a structured-output backend plugin and a tokenizer")
+        if spec.strict is None:
+            spec = spec.model_copy(update={"strict": self.config.structured_output_strict})
+        try:
+            return self.structured_output.compile(spec)
+        except ValueError as exc:
+            raise RequestError(f"invalid guided decoding spec: {exc}") from exc
 
     def abort_request(self, request_id: str) -> Optional[RequestOutput]:
         state = self.requests.pop(request_id, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -45,17 +46,19 @@ class BackendRouter:
         """``factories``: name -> backend builder, in the order to try them."""
         self._factories = factories
         self._built: dict[str, Optional[StructuredOutputBackend]] = {}
+        self._building = threading.Lock()  # compiles may run on several threads
 
     def backends(self) -> Iterator[tuple[str, StructuredOutputBackend]]:
         """Each backend in preference order, built now if not yet; one that fails to build is
         left out from then on, with a warning."""
         for name, factory in self._factories.items():
-            if name not in self._built:
-                try:
-                    self._built[name] = factory()
-                except Exception as exc:  # a plugin's own failure must not take the engine down
-                    logger.warning("structured-output backend %r is unavailable: %s", name, exc)
-                    self._built[name] = None
+            with self._building:
+                if name not in self._built:
+                    try:
+                        self._built[name] = factory()
+                    except Exception as exc:  # a plugin's own failure must not take the engine down
+                        logger.warning("structured-output backend %r is unavailable: %s", name, exc)
+                        self._built[name] = None
             if self._built[name] is not None:
                 yield name, self._built[name]
 
