@@ -47,7 +47,9 @@ class EngineConfig(BaseModel):
     attention_backend: Optional[str] = None
     platform: Optional[str] = None
     speculative_config: Optional[dict[str, Any]] = None
-    structured_output_backend: str = "xgrammar"
+    structured_output_backend: str = "auto"
+    structured_output_strict: bool = True  # a request's guided_decoding.strict overrides it
+    structured_output_compile_timeout: float = Field(30.0, gt=0.0)  # seconds; the server fails that request
     hf_overrides: dict[str, Any] = Field(default_factory=dict)
     # Adapters (served by the plugin registered as ``adapter_managers: lora``): how many distinct
     # adapters one step may run (device slots), their largest rank, and how many stay on the host.

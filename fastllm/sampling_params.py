@@ -24,6 +24,9 @@ class GuidedDecodingParams(BaseModel):
     regex: Optional[str] = None
     grammar: Optional[str] = None
     choice: Optional[list[str]] = None
+    # True: refuse (400) what the backend would enforce only approximately; False: accept the
+    # approximation knowingly; None: the engine's structured_output_strict
+    strict: Optional[bool] = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "GuidedDecodingParams":

@@ -5,6 +5,10 @@ requests come in through a thread-safe inbox, and each request's outputs go back
 to the event loop that asked for them through its own asyncio queue
 (``loop.call_soon_threadsafe``). Several event loops (several servers) may share
 one ``AsyncLLM``.
+
+The one exception is a guided request's grammar: it compiles on a worker thread (a large
+schema can take seconds), and the request comes back through the inbox once it is compiled,
+while the others keep stepping; one that outlasts the compile timeout fails alone.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import queue
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 
@@ -80,6 +85,7 @@ class _Add:
     group: Optional[str] = None  # the client request it belongs to, for fair admission
     multimodal_data: Optional[dict[str, Any]] = None
     multimodal: Any = None  # MultimodalInputs, when the media were processed before queueing
+    grammar: Any = None  # the compiled grammar of a guided request, once compiled off the engine thread
 
 
 @dataclass
@@ -100,6 +106,15 @@ class _Call:
                 self.future.set_result(result)
         if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(settle_now)
+
+
+@dataclass
+class _Compiled:
+    """A guided request back from its compile: its grammar, or why it has none."""
+
+    add: _Add
+    grammar: Any = None
+    error: Optional[BaseException] = None
 
 
 @dataclass
@@ -135,7 +150,9 @@ class AsyncLLM:
         self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
                                  num_free_blocks=self.engine.kv_cache.num_free_blocks)
         self.dead_error: Optional[BaseException] = None
-        self._inbox: queue.SimpleQueue[_Add | _Abort | _Call | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Add | _Compiled | _Abort | _Call | None] = queue.SimpleQueue()
+        self._compiling: dict[str, _Add] = {}  # guided requests whose grammar is compiling; guarded by _lock
+        self._compiler = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fastllm-grammar")
         self._streams: dict[str, _Stream] = {}
         self._stopping = False
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
@@ -149,8 +166,10 @@ class AsyncLLM:
     # ---- event-loop side ---------------------------------------------------------------------
     @property
     def num_pending(self) -> int:
-        """Requests not yet scheduled: the last snapshot's waiting ones, the held and the inbox's."""
-        return self.stats.num_requests_waiting + self.admission.num_held + self._inbox.qsize()
+        """Requests not yet scheduled: the last snapshot's waiting ones, the held, those in the
+        inbox and those still compiling their grammar."""
+        return (self.stats.num_requests_waiting + self.admission.num_held + self._inbox.qsize()
+                + len(self._compiling))
 
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                        params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
@@ -234,9 +253,14 @@ class AsyncLLM:
                 item.stream.put(error)
             elif isinstance(item, _Call):
                 item.settle(error=error)
+        with self._lock:
+            compiling, self._compiling = list(self._compiling.values()), {}
+        for item in compiling:
+            item.stream.put(error)
         for stream in self._streams.values():
             stream.put(error)
         self._streams.clear()
+        self._compiler.shutdown(wait=False, cancel_futures=True)
         if self.dead_error is not None:
             for callback in self.on_dead:
                 callback()
@@ -246,6 +270,8 @@ class AsyncLLM:
         while item is not None or not self._inbox.empty():
             if isinstance(item, _Add):
                 self._add(item)
+            elif isinstance(item, _Compiled):
+                self._add_compiled(item)
             elif isinstance(item, _Abort):
                 self._abort(item)
             elif isinstance(item, _Call):
@@ -265,6 +291,11 @@ class AsyncLLM:
             return None
 
     def _add(self, item: _Add) -> None:
+        """A guided request compiles its grammar first (``_compile``); then fair admission."""
+        if (item.params.guided_decoding is not None and item.grammar is None
+                and self.engine.structured_output is not None):
+            self._compile(item)
+            return
         if self.admission.offer(item):
             self._enter_all([item])
 
@@ -281,7 +312,7 @@ class AsyncLLM:
                 self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
                                         item.arrival_time, item.chat_template_kwargs,
                                         lora_request=item.lora_request, multimodal_data=item.multimodal_data,
-                                        multimodal=item.multimodal)
+                                        multimodal=item.multimodal, grammar=item.grammar)
             except Exception as exc:  # a bad request or a bug: this request fails alone, a bug's details logged
                 if not isinstance(exc, RequestError):
                     logger.exception("adding request %s failed", item.request_id)
@@ -290,12 +321,51 @@ class AsyncLLM:
                 continue
             self._streams[item.request_id] = item.stream
 
+    def _compile(self, item: _Add) -> None:
+        """Compile the request's grammar on a worker; the result, or a timeout, whichever comes
+        first, goes back through the inbox (see ``_add_compiled``)."""
+        with self._lock:
+            self._compiling[item.request_id] = item
+        timeout = self.config.structured_output_compile_timeout
+
+        def done(future: Future) -> None:
+            error = future.exception()
+            self._compiled(_Compiled(item, None if error else future.result(), error))
+
+        timer = threading.Timer(timeout, self._compiled, args=(_Compiled(item, error=RequestError(
+            f"invalid guided decoding spec: compiling it took longer than {timeout:g} s"), ),))
+        timer.daemon = True
+        timer.start()
+        future = self._compiler.submit(self.engine.compile_grammar, item.params.guided_decoding)
+        future.add_done_callback(done)
+        future.add_done_callback(lambda _: timer.cancel())
+
+    def _compiled(self, result: _Compiled) -> None:
+        """Any thread: hand a compile's outcome to the engine thread, unless the request already
+        has one (compiled or timed out) or was aborted meanwhile."""
+        with self._lock:
+            if self._compiling.pop(result.add.request_id, None) is not result.add or self._closed:
+                return
+            self._inbox.put(result)
+
+    def _add_compiled(self, result: _Compiled) -> None:
+        if result.error is not None:
+            if not isinstance(result.error, ValueError):
+                logger.error("compiling the grammar of request %s failed: %r", result.add.request_id, result.error)
+            error = result.error
+            result.add.stream.put(error if isinstance(error, RequestError) else internal_error(result.add.request_id))
+            return
+        result.add.grammar = result.grammar
+        self._add(result.add)
+
     def _abort(self, item: _Abort) -> None:
         held = self.admission.withdraw(item.request_id)
         if held is not None:
             if item.notify:
                 held.stream.put(EngineDeadError("the engine shut down"))
             return
+        with self._lock:
+            self._compiling.pop(item.request_id, None)
         self._retire(self.engine.requests.get(item.request_id))
         output = self.engine.abort_request(item.request_id)
         self._leave(item.request_id)

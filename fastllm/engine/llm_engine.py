@@ -26,7 +26,7 @@ from fastllm.models.interface import promote_text_config
 from fastllm.multimodal.inputs import MultimodalInputs
 from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from fastllm.sampling_params import SamplingParams
+from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 
 logger = logging.getLogger("fastllm")
 
@@ -140,9 +140,9 @@ class LLMEngine:
         return frozenset(ids)
 
     def _structured_output_backend(self) -> Any:
-        entries = registry.entries("structured_output_backends")
-        entry = entries.get(self.config.structured_output_backend)
-        return entry.factory(self.tokenizer, self.hf_config.vocab_size) if entry and self.tokenizer else None
+        """An unknown name fails here, at start-up, with the registered names listed."""
+        factory = registry.get("structured_output_backends", self.config.structured_output_backend)
+        return factory(self.tokenizer, self.hf_config.vocab_size) if self.tokenizer is not None else None
 
     def _multimodal_processor(self) -> Any:
         """The architecture's image/video processor plugin, or None for a text-only model."""
@@ -169,13 +169,14 @@ class LLMEngine:
                     chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
                     lora_request: Optional[LoRARequest] = None,
                     multimodal_data: Optional[dict[str, Any]] = None,
-                    multimodal: Optional[MultimodalInputs] = None) -> None:
+                    multimodal: Optional[MultimodalInputs] = None, grammar: Any = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
         ``multimodal_data``: images and videos (``{"image": [...], "video": [...]}``) for the
         placeholder tokens of the prompt, in order; or ``multimodal``, what ``process_media``
         made of them, with the expanded ``prompt_token_ids``.
         ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
-        generation), instead of after every step that advanced it (streaming)."""
+        generation), instead of after every step that advanced it (streaming). ``grammar``: the
+        request's guided-decoding spec as ``compile_grammar`` returned it, compiled beforehand."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
         if prompt_token_ids is None:
@@ -185,14 +186,9 @@ class LLMEngine:
         self.inputs.validate(prompt_token_ids, params)
         adapter_id, cache_salt = self._adapter_of(lora_request)
         bad_words = self.inputs.bad_words_token_ids(params) if params.bad_words else []
-        compiled = None
-        if params.guided_decoding is not None:
-            if self.structured_output is None:
-                raise RequestError("guided decoding needs a structured-output backend plugin and a tokenizer")
-            try:
-                compiled = self.structured_output.compile(params.guided_decoding)
-            except ValueError as exc:
-                raise RequestError(f"invalid guided decoding spec: {exc}") from exc
+        compiled = grammar
+        if params.guided_decoding is not None and compiled is None:
+            compiled = self.compile_grammar(params.guided_decoding)
         thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
         samples = []
         for index in range(params.n):
@@ -252,6 +248,19 @@ class LLMEngine:
             raise
         except ValueError as exc:  # the HF processor's own refusals (RequestError is one too)
             raise RequestError(f"cannot process the media: {exc}") from exc
+
+    def compile_grammar(self, spec: GuidedDecodingParams) -> Any:
+        """The structured-output backend's grammar for ``spec`` (strict as configured unless the
+        request says); raises RequestError, naming what and where, for one it refuses. Safe to
+        call off the engine thread: the backends compile concurrently with masking."""
+        if self.structured_output is None:
+            raise RequestError("guided decoding needs a structured-output backend plugin and a tokenizer")
+        if spec.strict is None:
+            spec = spec.model_copy(update={"strict": self.config.structured_output_strict})
+        try:
+            return self.structured_output.compile(spec)
+        except ValueError as exc:
+            raise RequestError(f"invalid guided decoding spec: {exc}") from exc
 
     def abort_request(self, request_id: str) -> Optional[RequestOutput]:
         state = self.requests.pop(request_id, None)

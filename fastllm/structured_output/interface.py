@@ -22,11 +22,20 @@ the core too: only the backend reads or advances it, so it can batch both."""
 
 
 class StructuredOutputBackend(Protocol):
-    """Compiles guided-decoding specs, advances matchers and masks the logits of guided rows."""
+    """Compiles guided-decoding specs, advances matchers and masks the logits of guided rows.
+
+    ``name`` appears in refusals. A backend's factory may carry a ``preference`` (lower first):
+    the order in which the ``auto`` router asks the backends for a request.
+    """
+
+    name: str
 
     def compile(self, spec: GuidedDecodingParams) -> CompiledGrammar:
         """Called once per request, before anything is queued; raises ValueError (the
-        request's 400) for a spec that cannot be compiled."""
+        request's 400) for a spec that cannot be compiled, with a message that says what and
+        where. With ``spec.strict`` (None counts as True) it also raises, naming each keyword
+        and its JSON pointer (``coverage.InexactSchema``), for a schema it would enforce only
+        approximately; with False it may compile a looser grammar."""
         ...
 
     def new_matcher(self, compiled: CompiledGrammar) -> GrammarMatcher:

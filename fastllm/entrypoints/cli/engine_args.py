@@ -71,6 +71,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
                         help="store the LM head in weight-only int8 (faster batch-1 decode)")
     parser.add_argument("--reasoning-parser", default=None)
     parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument("--structured-output-backend", default=None,
+                        help="guided-decoding backend (default auto: per request, one that enforces the spec exactly)")
+    parser.add_argument("--structured-output-strict", nargs="?", const=True, default=None, type=env_bool,
+                        help="refuse a schema no backend enforces exactly (default on); "
+                             "'--structured-output-strict false' accepts approximations")
     parser.add_argument("--chat-template", default=None)
     parser.add_argument("--limit-mm-per-prompt", type=json.loads, default=None,
                         help='images/videos per prompt, JSON: {"image": 16, "video": 1}')

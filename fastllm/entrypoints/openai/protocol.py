@@ -146,6 +146,7 @@ class SamplingRequest(RequestModel):
     guided_regex: Optional[str] = None
     guided_choice: Optional[list[str]] = None
     guided_grammar: Optional[str] = None
+    guided_strict: Optional[bool] = None  # see GuidedDecodingParams.strict
 
     @model_validator(mode="before")
     @classmethod
@@ -178,10 +179,14 @@ class SamplingRequest(RequestModel):
         elif self.response_format is not None and self.response_format.type == "json_schema":
             schema = self.response_format.json_schema
             spec["json"] = schema.json_schema if schema is not None and schema.json_schema else {"type": "object"}
+            if schema is not None and schema.strict is not None:
+                spec["strict"] = schema.strict
         for key, value in (("json", self.guided_json), ("regex", self.guided_regex),
                            ("choice", self.guided_choice), ("grammar", self.guided_grammar)):
             if value is not None:
                 spec[key] = value
+        if spec and self.guided_strict is not None:
+            spec["strict"] = self.guided_strict
         return GuidedDecodingParams(**spec) if spec else None
 
     def sampling_params(self, max_tokens: Optional[int], logprobs: Optional[int] = None,

@@ -43,7 +43,7 @@ def _schema_text(schema: dict | str) -> str:
     try:
         if isinstance(schema, str):
             schema = json.loads(schema)
-        return json.dumps(lengths_as_patterns(schema), ensure_ascii=False)
+        return json.dumps(schema, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the JSON schema is not valid JSON: {exc}") from None
 
@@ -51,19 +51,25 @@ def _schema_text(schema: dict | str) -> str:
 # Values that are data, not subschemas: a string schema inside them is left as written.
 _DATA_KEYWORDS = frozenset(("const", "enum", "default", "examples"))
 _LENGTH_KEYWORDS = ("minLength", "maxLength")
+UNESCAPED_CHAR = r'[^"\\\x00-\x1f]'  # one character a JSON string holds as itself
+# What a rewritten node may hold: the bounds, its type and keywords that assert nothing.
+_PLAIN_STRING_KEYS = frozenset(("type", "minLength", "maxLength", "title", "description", "default",
+                                "examples", "$comment", "deprecated", "readOnly", "writeOnly"))
 
 
 def lengths_as_patterns(node: Any) -> Any:
     """``node`` with every plain string schema that bounds its length (``minLength`` /
-    ``maxLength``, integers, no pattern, format, enum or const) rewritten as
-    ``pattern: ^.{min,max}$``; a malformed bound is left for xgrammar to refuse.
+    ``maxLength``, integers ``0 <= min <= max``, and nothing else that asserts) rewritten as
+    ``pattern: ^[^"\\\x00-\x1f]{min,max}$``; every other node is left as written. The backend
+    compiles the schema as written when the rewritten one fails to compile.
 
-    Both forms admit the same strings in xgrammar (lengths in code points, no escapes), but
-    xgrammar compiles a length bound into a counted repetition of a one-character rule, whose
-    token masks it must work out token by token while inside the string: 0.4-1.7 ms per row
-    and step on SmolLM2's vocabulary, where the pattern's automaton takes 10-20 us. A batch
-    step waits for its slowest row's mask. The pattern also rejects raw control characters,
-    which JSON forbids and the counted form lets through.
+    Both forms admit the same strings in xgrammar: lengths in code points, no escapes, no raw
+    quote, backslash or control character (xgrammar's own length form writes no escapes; a
+    pattern's ``.`` would not do: with some bounds xgrammar lets it run past the closing quote).
+    But xgrammar compiles a length bound into a counted repetition of a one-character rule,
+    whose token masks it must work out token by token while inside the string: 0.4-1.7 ms per
+    row and step on SmolLM2's vocabulary, where the pattern's automaton takes 10-20 us. A batch
+    step waits for its slowest row's mask.
     """
     if isinstance(node, list):
         return [lengths_as_patterns(item) for item in node]
@@ -71,10 +77,11 @@ def lengths_as_patterns(node: Any) -> Any:
         return node
     out = {key: value if key in _DATA_KEYWORDS else lengths_as_patterns(value) for key, value in node.items()}
     bounds = [node[key] for key in _LENGTH_KEYWORDS if key in node]
-    if (node.get("type") == "string" and bounds and all(type(b) is int for b in bounds)
-            and not any(key in node for key in ("pattern", "format", "enum", "const"))):
+    if (node.get("type") == "string" and bounds and all(type(b) is int and b >= 0 for b in bounds)
+            and node.get("minLength", 0) <= node.get("maxLength", node.get("minLength", 0))
+            and node.keys() <= _PLAIN_STRING_KEYS):
         low, high = out.pop("minLength", 0), out.pop("maxLength", "")
-        out["pattern"] = f"^.{{{low},{high}}}$"
+        out["pattern"] = f"^{UNESCAPED_CHAR}{{{low},{high}}}$"
     return out
 
 

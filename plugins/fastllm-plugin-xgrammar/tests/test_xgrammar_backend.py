@@ -10,7 +10,7 @@ import xgrammar as xgr
 from fastllm import registry
 from fastllm.sampling_params import GuidedDecodingParams
 from fastllm_xgrammar.backend import XGrammarBackend
-from fastllm_xgrammar.specs import grammar_spec
+from fastllm_xgrammar.specs import UNESCAPED_CHAR, lengths_as_patterns
 
 SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}},
           "required": ["b", "a"]}
@@ -80,12 +80,16 @@ def test_length_bounds_become_patterns_where_nothing_else_constrains_the_string(
         "mail": {"type": "string", "maxLength": 30, "format": "email"},
         "id": {"type": "string", "maxLength": 4, "pattern": "^[0-9]+$"},
         "fixed": {"const": {"type": "string", "maxLength": 2}},
-        "odd": {"type": "string", "minLength": 1, "maxLength": "3"}}}
-    props = json.loads(grammar_spec(GuidedDecodingParams(json=schema)).source)["properties"]
-    assert props["name"] == {"type": "string", "pattern": "^.{1,16}$"}
-    assert props["tags"]["items"] == {"type": "string", "pattern": "^.{0,8}$"}
-    assert props["code"] == {"type": "string", "pattern": "^.{2,}$"}
-    for kept in ("mail", "id", "fixed", "odd"):  # other constraints on the string, data, a bad bound
+        "odd": {"type": "string", "minLength": 1, "maxLength": "3"},
+        "crossed": {"type": "string", "minLength": 3, "maxLength": 1},
+        "titled": {"type": "string", "maxLength": 2, "title": "t", "x-unknown": 1}}}
+    props = lengths_as_patterns(schema)["properties"]
+    char = UNESCAPED_CHAR
+    assert props["name"] == {"type": "string", "pattern": f"^{char}{{1,16}}$"}
+    assert props["tags"]["items"] == {"type": "string", "pattern": f"^{char}{{0,8}}$"}
+    assert props["code"] == {"type": "string", "pattern": f"^{char}{{2,}}$"}
+    # other constraints on the string, data, a bad bound, a keyword it cannot vouch for
+    for kept in ("mail", "id", "fixed", "odd", "crossed", "titled"):
         assert props[kept] == schema["properties"][kept]
 
 

@@ -51,7 +51,8 @@ def requests() -> dict[str, tuple[str, SamplingParams | dict]]:
 
 @pytest.fixture(scope="module")
 def llm() -> LLM:
-    return LLM(embedded_model_path(), max_model_len=2048, num_gpu_blocks_override=256)
+    return LLM(embedded_model_path(), max_model_len=2048, num_gpu_blocks_override=256,
+               structured_output_backend="xgrammar")
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def unguided_params(i: int) -> SamplingParams:
 
 def engine(async_scheduling: bool) -> LLM:
     llm = LLM(embedded_model_path(), max_model_len=1024, num_gpu_blocks_override=128,
-              async_scheduling=async_scheduling)
+              async_scheduling=async_scheduling, structured_output_backend="xgrammar")
     assert llm.engine.overlap is async_scheduling
     return llm
 
