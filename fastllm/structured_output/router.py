@@ -73,7 +73,7 @@ class BackendRouter:
                         refusals.append(f"{name}: {exc}")
         if not refusals:
             raise ValueError("no structured-output backend plugin is installed")
-        raise ValueError("no backend enforces it exactly; " + " | ".join(refusals))
+        raise ValueError("no backend both compiles it and enforces it exactly; " + " | ".join(refusals))
 
     def _live(self) -> list[StructuredOutputBackend]:
         return [backend for backend in self._built.values() if backend is not None]

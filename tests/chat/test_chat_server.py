@@ -89,7 +89,7 @@ def test_response_format_json_object(client):
 
 
 @pytest.mark.parametrize("extra_body", [
-    {"guided_grammar": 'root ::= "a" |'},
+    {"guided_grammar": 'root ::= "a" ('},
     {"guided_regex": "a(b"},
     {"response_format": {"type": "json_schema", "json_schema": {
         "name": "bad", "schema": {"type": "array", "minItems": 3, "maxItems": 1}}}},

@@ -36,7 +36,7 @@ def test_a_schema_no_backend_enforces_is_refused_naming_keyword_and_place(smollm
     result = run(smollm2_llm, NEITHER)
     assert result.error_code == 400
     message = result.error_msg
-    assert message.startswith("invalid guided decoding spec: no backend enforces it exactly; xgrammar: ")
+    assert message.startswith("invalid guided decoding spec: no backend both compiles it and enforces it exactly; xgrammar: ")
     assert "'if' at /properties/a (ignored)" in message and "llguidance: " in message
     assert "'if' at /properties/a" in message.split("llguidance: ", 1)[1]
 

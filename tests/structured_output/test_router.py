@@ -58,7 +58,7 @@ def test_approximation_only_when_the_request_is_not_strict():
     auto = router(loose, FakeBackend("other", set()))
     with pytest.raises(ValueError) as info:
         auto.compile(spec("c"))
-    assert str(info.value) == "no backend enforces it exactly; loose: loose refuses c | other: other refuses c"
+    assert str(info.value) == "no backend both compiles it and enforces it exactly; loose: loose refuses c | other: other refuses c"
     assert auto.compile(spec("c", strict=False)).backend is loose
 
 
