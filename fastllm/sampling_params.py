@@ -23,7 +23,7 @@ class GuidedDecodingParams(BaseModel):
     json_object: bool = False
     regex: Optional[str] = None
     grammar: Optional[str] = None
-    choice: Optional[list[str]] = None
+    choice: Optional[list[str]] = Field(None, min_length=1)
     # True: refuse (400) what the backend would enforce only approximately; False: accept the
     # approximation knowingly; None: the engine's structured_output_strict
     strict: Optional[bool] = None

@@ -154,7 +154,7 @@ def guided_cases() -> Iterator[Case]:
     yield from both("grammar that accepts nothing", 400, guided_grammar="root ::= a\na ::= a")
     yield from both("schema that accepts nothing", 400, guided_json=RECURSIVE_SCHEMA)
     yield from both("bad regex", 400, guided_regex="(")
-    yield from both("bad grammar", 400, guided_grammar="root ::= ")
+    yield from both("bad grammar", 400, guided_grammar="root ::= \"a\" (")
     yield from both("schema not JSON", 400, guided_json="{not json")
     yield from both("two guides", 400, guided_regex="a", guided_choice=["a"])
     yield from both("empty choice", 400, guided_choice=[])

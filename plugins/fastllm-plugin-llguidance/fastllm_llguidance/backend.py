@@ -83,9 +83,16 @@ class LLGuidanceBackend:
         return self._compile_cached.cache_info()
 
     def _compile_grammar(self, grammar: str) -> LLMatcher:
+        """A grammar that allows no first token (``a ::= a``, a schema that only refers to itself)
+        is refused here: its matcher errs on the first mask, and the request would end empty."""
         matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():
             raise ValueError(matcher.get_error() or "llguidance could not compile it")
+        probe = matcher.deep_copy()
+        fill_next_token_bitmask_par(self.executor, [(probe, 0)], torch.empty(1, self._bitmask.shape[1],
+                                                                            dtype=torch.int32))
+        if probe.is_error():
+            raise ValueError("the grammar accepts no output")
         return matcher
 
     @staticmethod

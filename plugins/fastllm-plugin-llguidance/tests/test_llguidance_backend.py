@@ -95,3 +95,11 @@ def test_a_compiled_grammar_is_shared_and_matchers_are_independent(backend, toke
 def test_registered_under_its_distribution():
     entry = registry.entries("structured_output_backends")["llguidance"]
     assert entry.distribution.startswith("fastllm-plugin-llguidance ")
+
+
+@pytest.mark.parametrize("spec", [dict(grammar="root ::= a\na ::= a"),
+                                  dict(json={"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})],
+                         ids=["grammar", "schema"])
+def test_a_grammar_that_accepts_nothing_is_refused(backend, spec):
+    with pytest.raises(ValueError, match="accepts no output"):
+        backend.compile(GuidedDecodingParams(**spec))

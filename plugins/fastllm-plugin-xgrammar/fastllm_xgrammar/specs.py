@@ -87,7 +87,6 @@ def lengths_as_patterns(node: Any) -> Any:
 
 def choice_grammar(choices: list[str]) -> str:
     """An EBNF root that matches exactly one of ``choices``; JSON string escapes are
-    valid EBNF literals, so quotes, backslashes and control characters need no other care."""
-    if not choices:
-        raise ValueError("choice needs at least one string")
+    valid EBNF literals, so quotes, backslashes and control characters need no other care
+    (``GuidedDecodingParams`` holds at least one)."""
     return "root ::= " + " | ".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
