@@ -22,7 +22,8 @@ import triton
 
 from fastllm.layers.fused_moe import fused_experts_reference
 from fastllm_kernels.fused_moe import (
-    MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size, one_pair_blocks, summed_down,
+    ONE_PAIR_BLOCKS_SHARE, MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size,
+    one_pair_blocks,
 )
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
@@ -34,8 +35,6 @@ TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
 SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
     MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
-SUMMED_TILES = [MoeTiling(1, n, k, num_stages=s) for n, k, s in itertools.product([16, 32], [128, 256], [3, 5])] + [
-    MoeTiling(1, 16, 512, num_warps=8, num_stages=3), MoeTiling(1, 8, 256, num_warps=2, num_stages=4)]
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -127,8 +126,7 @@ def fastest(run, default: MoeTiling, candidates: list[MoeTiling]) -> tuple[dict,
 
 
 def sweep(name: str, dtype: torch.dtype, fp8: bool, token_counts: list[int]) -> list[dict]:
-    """Each GEMM alone over its candidate tiles; the default's time beside the best. With one pair a
-    block (decode), the summed down beside the per-pair down and the sum it replaces."""
+    """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
     weights = expert_weights(name, dtype, fp8)
     w13, w2 = weights["w13"], weights["w2"]
@@ -139,27 +137,18 @@ def sweep(name: str, dtype: torch.dtype, fp8: bool, token_counts: list[int]) -> 
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
         per_pair = x.new_empty(tokens * top_k, hidden)
-        out = torch.empty_like(x)
         defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
-        one_pair = defaults[1].block_m == 1
+        one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
 
         def blocks_for(tiling):
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
-        def per_pair_down(tiling):
-            grouped_gemm(act, w2, per_pair, blocks_for(tiling), tiling, 1, False, topk_weights.view(-1), w_scale=s2)
-            return per_pair.view(tokens, top_k, -1).sum(dim=1) if one_pair else per_pair
-
+        candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True, w_scale=s13),
-                             defaults[0], DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES)}
-        if one_pair:  # gate-up and the per-pair down at their decode tiles, as the baseline beside
-            gemms["gate_up"] = gemms["gate_up"][:2] + ([],)
-            gemms["down+sum"] = (per_pair_down, MoeTiling(16, 64, 128), [])
-            gemms["summed_down"] = (lambda t: summed_down(act, w2, out, topk_weights, topk_ids, t, s2), defaults[1],
-                                    SUMMED_TILES)
-        else:
-            gemms["down"] = (per_pair_down, defaults[1], gemms["gate_up"][2])
-        for gemm, (run, default, candidates) in gemms.items():
+                             defaults[0]),
+                 "down": (lambda t: grouped_gemm(act, w2, per_pair, blocks_for(t), t, 1, False, topk_weights.view(-1),
+                                                 w_scale=s2), defaults[1])}
+        for gemm, (run, default) in gemms.items():
             timings, best = fastest(run, default, candidates)
             rows.append({"model": name, "experts": "fp8" if fp8 else "bf16", "tokens": tokens, "gemm": gemm,
                          "default us": round(timings[default] * 1e3, 1), "best us": round(timings[best] * 1e3, 1),

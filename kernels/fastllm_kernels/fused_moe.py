@@ -47,14 +47,11 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
                     weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
     """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
     ``bench_fused_moe.py`` (bf16). A few (decode): the product is a weight stream, so thin tiles
-    give many programs; with one pair a block, the down tile is ``summed_down``'s (``block_m`` 1:
-    a token a program). Many (prefill): wide tensor-core tiles, grouped along M so an expert's
+    give many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's
     weight tile serves its row blocks from L2. float32 halves the K step (shared memory); one-byte
     (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept)."""
     per_expert = num_pairs / num_experts
-    if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
-        tiles = MoeTiling(16, 32, 128), MoeTiling(1, 16, 256, num_stages=4)
-    elif per_expert <= 4:
+    if per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
     elif per_expert <= 32:
         tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
@@ -314,66 +311,6 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
     return out
 
 
-@triton.jit
-def _summed_down_kernel(
-    act_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, expert_ids_ptr, topk_w_ptr, N, K, stride_am, stride_we,
-    stride_wn, stride_se, stride_sn, stride_om, TOP_K: tl.constexpr, FP8: tl.constexpr, FOUR_BIT: tl.constexpr,
-    HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, PDL: tl.constexpr,
-):
-    """``out[t, cols] = sum_j w_j * act[t * k + j] @ W[e_j, cols]^T``: one token's ``BLOCK_N``
-    columns a program, its k slots in order, in one loop over (slot, K step) so that the weight
-    stream stays pipelined across experts. A GEMV (one row an expert: a tensor-core tile would
-    be mostly padding). Quantized W as in ``_grouped_gemm_kernel``, fp8's channel scale applied
-    to each slot's partial sums."""
-    wait_for_inputs(PDL)
-    token = tl.program_id(1).to(tl.int64)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    w_cols = tl.minimum(cols, N - 1).to(tl.int64)
-    ks = tl.arange(0, BLOCK_K)
-    steps = tl.cdiv(K, BLOCK_K)
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for step in range(0, TOP_K * steps):
-        slot = step // steps
-        k0 = (step - slot * steps) * BLOCK_K
-        pair = token * TOP_K + slot
-        expert = tl.load(expert_ids_ptr + pair).to(tl.int64)
-        a_row = act_ptr + pair * stride_am + k0 + ks
-        if EVEN_K:
-            a = tl.load(a_row)
-        else:
-            a = tl.load(a_row, mask=k0 + ks < K, other=0.0)
-        s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
-        w = _weight_tile(w_ptr + expert * stride_we + w_cols[:, None] * stride_wn, s_rows,
-                         zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT,
-                         HAS_ZERO, GROUP, SUB, BLOCK_N, BLOCK_K, EVEN_K, tl.float32)
-        part = tl.sum(w * a.to(tl.float32)[None, :], 1) * tl.load(topk_w_ptr + pair)
-        if FP8:
-            part *= tl.load(scale_ptr + expert * stride_se + w_cols)
-        acc += part
-    tl.store(out_ptr + token * stride_om + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < N)
-
-
-def summed_down(act: torch.Tensor, w: torch.Tensor, out: torch.Tensor, topk_weights: torch.Tensor,
-                topk_ids: torch.Tensor, tiling: MoeTiling, w_scale: torch.Tensor | None = None,
-                w_zero: torch.Tensor | None = None, book: torch.Tensor | None = None) -> torch.Tensor:
-    """The down projection and the weighted combine in one launch: ``out [T, H]`` from ``act
-    [T * k, I]`` (a token's k rows together) and ``w [E, H, I]`` (act's dtype, or quantized:
-    ``_weight_format``). For a few tokens (one pair a block), where the ``[T * k, H]`` products
-    and the launch that sums them would cost as much as the product itself."""
-    tokens, top_k = topk_ids.shape
-    w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
-    n = w.shape[1]
-    grid = (triton.cdiv(n, tiling.block_n), tokens)
-    _summed_down_kernel[grid](
-        act_ptr=act, w_ptr=w, out_ptr=out, expert_ids_ptr=topk_ids.contiguous(),
-        topk_w_ptr=topk_weights.contiguous(), N=n, K=k, stride_am=act.stride(0), stride_we=w.stride(0),
-        stride_wn=w.stride(1), stride_om=out.stride(0), TOP_K=top_k, BLOCK_N=tiling.block_n, BLOCK_K=block_k,
-        EVEN_K=k % block_k == 0, num_warps=tiling.num_warps, num_stages=tiling.num_stages, **fmt,
-        **pdl_launch(act.device))
-    return out
-
-
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
@@ -404,9 +341,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
     act = hidden.new_empty((num_pairs, inner))
     grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale, **formats[0])
-    if blocks.block_m is None:
-        return summed_down(act, w2, torch.empty_like(hidden), topk_weights, topk_ids, down, w2_scale, **formats[1])
-    if blocks.block_m != down.block_m:
+    if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
     per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
     grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1),

@@ -63,19 +63,6 @@ def test_fused_experts_any_tiling(tilings):
     assert rel_err(out, dense_moe(x, w13, w2, topk_weights, topk_ids)) < TOLERANCE[torch.float32]
 
 
-@pytest.mark.parametrize("down", [MoeTiling(1, 16, 32), MoeTiling(1, 32, 16, num_stages=2)])  # K steps: 48 = 1.5, 3
-def test_decode_down_sums_the_slots_of_each_token(down):
-    x = randn(2, 40, dtype=torch.float32)
-    w13, w2 = moe_weights(64, 40, 48, torch.float32)
-    topk_weights, topk_ids = routing(2, 64, 4, used=6)
-    topk_ids[1, 2] = topk_ids[1, 0]  # one token's two slots on one expert
-
-    out = fused_experts(x, w13, w2, topk_weights, topk_ids, tilings=(MoeTiling(16, 16, 32), down))
-
-    assert default_tilings(8, 64)[1].block_m == 1  # eight pairs over 64 experts: one a block, summed
-    assert rel_err(out, dense_moe(x, w13, w2, topk_weights, topk_ids)) < TOLERANCE[torch.float32]
-
-
 @pytest.mark.parametrize("experts", [4, 64])  # grouped, and one pair a block
 def test_expert_chosen_twice_by_a_token_counts_twice(experts):
     x = randn(3, 32, dtype=torch.float32)
