@@ -28,27 +28,37 @@ ACTIVATIONS = {"silu": F.silu}
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", w13_scale: Optional[torch.Tensor] = None,
-                  w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None) -> torch.Tensor:
+                  w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None,
+                  w13_zero: Optional[torch.Tensor] = None, w2_zero: Optional[torch.Tensor] = None,
+                  book: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
     first dimension. ``w13_scale [E, 2I]`` / ``w2_scale [E, H]``: the weights are float8 with
-    these per-channel scales (fp8 experts). ``kernels`` (the layer's, see ``fastllm.layers.fused``)
-    runs it where it has ``fused_experts``; the torch reference below runs anywhere.
+    these per-channel scales (fp8 experts). 4-bit experts: uint8 weights of two codes a byte
+    (the even input in the low nibble) with scales ``[E, rows, K / group]`` and either zeros of
+    that shape (int4: ``(code - zero) * scale``) or a 16-value code ``book`` (nf4: ``book[code] *
+    scale``). ``kernels`` (the layer's, see ``fastllm.layers.fused``) runs it where it has
+    ``fused_experts``; the torch reference below runs anywhere.
     """
     if kernels is not None and hasattr(kernels, "fused_experts"):
-        scales = {} if w13_scale is None else {"w13_scale": w13_scale, "w2_scale": w2_scale}
-        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation, **scales)
-    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale)
+        formats = {"w13_scale": w13_scale, "w2_scale": w2_scale, "w13_zero": w13_zero, "w2_zero": w2_zero,
+                   "book": book}
+        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation,
+                                     **{name: value for name, value in formats.items() if value is not None})
+    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale,
+                                   w13_zero, w2_zero, book)
 
 
 def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                             topk_weights: torch.Tensor, topk_ids: torch.Tensor, activation: str = "silu",
                             w13_scale: Optional[torch.Tensor] = None,
-                            w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                            w2_scale: Optional[torch.Tensor] = None, w13_zero: Optional[torch.Tensor] = None,
+                            w2_zero: Optional[torch.Tensor] = None,
+                            book: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Sort the (token, slot) pairs by expert, run each expert that received any on its tokens
     in one matmul pair, and add the weighted results back in ascending expert order (as HF does).
-    Scaled (fp8) experts are dequantized one at a time."""
+    Quantized (fp8, 4-bit) experts are dequantized one at a time."""
     act = ACTIVATIONS[activation]
     k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()
@@ -63,17 +73,23 @@ def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.T
         slots = order[start:start + count]
         start += count
         tokens = slots // k
-        gate, up = F.linear(hidden[tokens], _expert_weight(w13, w13_scale, expert, hidden.dtype)).chunk(2, dim=-1)
-        y = F.linear(act(gate) * up, _expert_weight(w2, w2_scale, expert, hidden.dtype))
+        gate, up = F.linear(hidden[tokens], _expert_weight(w13, w13_scale, w13_zero, book, expert,
+                                                           hidden.dtype)).chunk(2, dim=-1)
+        y = F.linear(act(gate) * up, _expert_weight(w2, w2_scale, w2_zero, book, expert, hidden.dtype))
         out.index_add_(0, tokens, y * flat_weights[slots, None].to(y.dtype))
     return out
 
 
-def _expert_weight(weights: torch.Tensor, scale: Optional[torch.Tensor], expert: int,
-                   dtype: torch.dtype) -> torch.Tensor:
+def _expert_weight(weights: torch.Tensor, scale: Optional[torch.Tensor], zero: Optional[torch.Tensor],
+                   book: Optional[torch.Tensor], expert: int, dtype: torch.dtype) -> torch.Tensor:
     if scale is None:
         return weights[expert]
-    return (weights[expert].float() * scale[expert, :, None]).to(dtype)
+    if weights.dtype != torch.uint8:
+        return (weights[expert].float() * scale[expert, :, None]).to(dtype)
+    packed = weights[expert]
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2).unflatten(-1, (scale.shape[-1], -1))
+    values = book.float()[codes.long()] if zero is None else codes.float() - zero[expert, ..., None].float()
+    return (values * scale[expert, ..., None].float()).flatten(-2).to(dtype)
 
 
 class TopKRouter(nn.Module):
@@ -140,16 +156,21 @@ class FusedMoE(nn.Module):
         self.w13 = nn.Parameter(torch.empty(len(self.expert_ids), 2 * shard, hidden_size), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(len(self.expert_ids), hidden_size, shard), requires_grad=False)
         self.w13.weight_loader = self.w2.weight_loader = self.weight_loader
-        # per-channel scales of fp8 experts (the quant plugin's fp8 method sets them)
+        # per-channel scales of fp8 experts, group scales (and zeros, or a code book) of 4-bit
+        # ones (the quant plugin's methods set them)
         self.register_parameter("w13_scale", None)
         self.register_parameter("w2_scale", None)
+        self.register_parameter("w13_zero", None)
+        self.register_parameter("w2_zero", None)
+        self.register_parameter("book", None)
         self.shared_experts = shared_experts
         self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden)
         out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation,
-                                       self.w13_scale, self.w2_scale, self.kernels))
+                                       self.w13_scale, self.w2_scale, self.kernels, self.w13_zero, self.w2_zero,
+                                       self.book))
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out
