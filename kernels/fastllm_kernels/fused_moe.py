@@ -9,7 +9,8 @@ move. The k rows of a token are summed by one reduction, in a fixed order (deter
 unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes).
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
-tiles past the padded pairs exit at once.
+tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
+group scales) are widened a tile at a time in registers, so decode reads their packed bytes alone.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Online, each group's fit weighs its weights by their inputs' loudness (``loudnes
 little decode speed (figures: benchmarks/RESULTS.md).
 
 The same module runs AWQ and GPTQ checkpoints once they are repacked (``checkpoint_int4``).
+Quantizing online, MoE models' routed experts become int4 too (``experts``).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ format at half its block size; ``block_size=64`` gives QLoRA's own).
 The 16 codes are quantiles of a normal distribution, so normally distributed weights spend
 the codes where the weights are: better accuracy than uniform int4 at the same bytes. Online,
 each block's scale fit weighs its weights by their inputs' loudness (``loudness``), squared.
+Quantizing online, MoE models' routed experts become nf4 too (``experts``).
 """
 
 from __future__ import annotations
