@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moethroughput, parallel)
+#   moe, moedecode, moequant, moethroughput, parallel)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -128,6 +128,17 @@ moedecode)  # batch-1 decode of the two A3B MoE models against their active-weig
   for M in ernie-4.5-21b-a3b qwen3-30b-a3b; do
     step "latency_$M" 90 $FASTLLM bench latency --model $M --load-format dummy --dtype bfloat16 --batch-size 1 \
       --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency_$M.json"
+  done
+  ;;
+moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call
+  for fmt in fp8 int4 nf4; do
+    step "moe_kernel_$fmt" 60 $PY kernels/bench_fused_moe.py --experts $fmt --models qwen3-30b-a3b \
+      ernie-4.5-21b-a3b --tokens 1 16 128 --csv "$OUT/fused_moe_$fmt.csv"
+  done
+  for q in none fp8 weight_only_int4; do
+    step "latency_qwen3_$q" 90 $FASTLLM bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 \
+      --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 \
+      $([ $q = none ] || echo --quantization $q) --output-json "$OUT/latency_qwen3_$q.json"
   done
   ;;
 moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNIE beside HF generate

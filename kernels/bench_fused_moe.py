@@ -7,8 +7,8 @@ A row gives CUDA-graph replay medians (``do_bench_cudagraph``) of the whole laye
 bytes the routed experts hold (each read once: the decode bound), the TFLOP/s of the routed
 products, the torch loop's time (``do_bench``; it syncs, so no graph) and the relative error of
 the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
-candidate tiles and prints the fastest per shape. ``--fp8``: the experts e4m3 with a scale per
-output channel (absmax), the loop dequantizing them. Not a test: nothing here asserts.
+candidate tiles and prints the fastest per shape. ``--experts fp8|int4|nf4``: the experts
+quantized by the quant plugin, the loop dequantizing them. Not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ import itertools
 import torch
 import triton
 
-from fastllm.layers.fused_moe import fused_experts_reference
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter, fused_experts_reference
+from fastllm_kernels.quant import NF4_CODES
+from fastllm_quant.experts import quantize_four_bit_experts
+from fastllm_quant.fp8 import quantize_fp8_experts
+from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, quantize_int4
+from fastllm_quant.nf4 import DEFAULT_BLOCK_SIZE, quantize_nf4
 from fastllm_kernels.fused_moe import (
     ONE_PAIR_BLOCKS_SHARE, MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size,
     one_pair_blocks,
@@ -47,10 +52,6 @@ def routed(tokens: int, experts: int, top_k: int, device: str) -> tuple[torch.Te
     return weights / weights.sum(-1, keepdim=True), ids
 
 
-def weights_bytes(ids: torch.Tensor, hidden: int, inner: int, elem: int) -> int:
-    return ids.unique().numel() * 3 * hidden * inner * elem
-
-
 def copy_bandwidth() -> float:
     """GB/s of a device-to-device copy of 1 GiB (read + write), the bound every ratio here uses."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
@@ -68,44 +69,49 @@ def graph_time(fn) -> float:
         return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
 
 
-def expert_weights(name: str, dtype: torch.dtype, fp8: bool) -> dict:
-    """``w13``/``w2`` (and their scales, e4m3 ones) of one MoE layer of ``name``."""
+def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(``w13``, ``w2``, their format's keyword arguments) of one MoE layer of ``name``: ``dtype``
+    (``model``), or quantized as the quant plugin quantizes experts (``fp8``, ``int4``, ``nf4``)."""
     hidden, inner, experts, _ = MODELS[name]
-    weights = {"w13": torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype) / hidden ** 0.5,
-               "w2": torch.randn(experts, hidden, inner, device="cuda", dtype=dtype) / inner ** 0.5}
-    if fp8:
-        for key in ("w13", "w2"):
-            scale = weights[key].float().abs().amax(-1) / torch.finfo(torch.float8_e4m3fn).max
-            weights[key] = (weights[key].float() / scale[..., None]).to(torch.float8_e4m3fn)
-            weights[f"{key}_scale"] = scale
-    return weights
+    moe = FusedMoE(TopKRouter(hidden, experts, 1), inner).cuda()
+    moe.w13.data = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
+    moe.w2.data = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype) / inner ** 0.5
+    if experts_format == "fp8":
+        quantize_fp8_experts(moe)
+    elif experts_format == "int4":
+        quantize_four_bit_experts(moe, quantize_int4, DEFAULT_GROUP_SIZE)
+    elif experts_format == "nf4":
+        quantize_four_bit_experts(moe, quantize_nf4, DEFAULT_BLOCK_SIZE, NF4_CODES)
+    formats = {key: getattr(moe, key) for key in ("w13_scale", "w2_scale", "w13_zero", "w2_zero", "book")}
+    return moe.w13.data, moe.w2.data, {key: value for key, value in formats.items() if value is not None}
 
 
-def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int], fp8: bool) -> list[dict]:
+def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int],
+                experts_format: str) -> list[dict]:
     hidden, inner, experts, top_k = MODELS[name]
-    weights = expert_weights(name, dtype, fp8)
-    scales = {key: value for key, value in weights.items() if key.endswith("_scale")}
-    w13, w2 = weights["w13"], weights["w2"]
+    w13, w2, formats = expert_weights(name, dtype, experts_format)
+    plain = not formats
+
+    def reference(x):
+        return fused_experts_reference(x, w13.to(x.dtype) if plain else w13, w2.to(x.dtype) if plain else w2,
+                                       topk_weights, topk_ids, "silu", **formats)
+
     rows = []
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
-        out = fused_experts(x, w13, w2, topk_weights, topk_ids, **scales)
+        out = fused_experts(x, w13, w2, topk_weights, topk_ids, **formats)
         err = float("nan")
         if tokens <= 4096:  # the float32 loop's memory
-            ref = fused_experts_reference(x.float(), w13 if fp8 else w13.float(), w2 if fp8 else w2.float(),
-                                          topk_weights, topk_ids, "silu", scales.get("w13_scale"),
-                                          scales.get("w2_scale"))
+            ref = reference(x.float())
             err = ((out.float() - ref).norm() / ref.norm()).item()
             del ref
-        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids, **scales))
-        loop_ms = triton.testing.do_bench(
-            lambda: fused_experts_reference(x, w13, w2, topk_weights, topk_ids, "silu", scales.get("w13_scale"),
-                                            scales.get("w2_scale")), warmup=5, rep=50, return_mode="median")
-        nbytes = weights_bytes(topk_ids, hidden, inner, w13.element_size())
+        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids, **formats))
+        loop_ms = triton.testing.do_bench(lambda: reference(x), warmup=5, rep=50, return_mode="median")
+        nbytes = topk_ids.unique().numel() * (w13.nbytes + w2.nbytes) // experts
         flops = 2 * 3 * tokens * top_k * hidden * inner
-        rows.append({"model": name, "experts": "fp8" if fp8 else str(dtype).split(".")[-1], "tokens": tokens,
-                     "graph us": round(graph_ms * 1e3, 1),
+        rows.append({"model": name, "experts": str(dtype).split(".")[-1] if plain else experts_format,
+                     "tokens": tokens, "graph us": round(graph_ms * 1e3, 1),
                      "weight MB": round(nbytes / 1e6, 1), "GB/s": round(nbytes / graph_ms / 1e6),
                      "% copy bw": round(100 * nbytes / graph_ms / 1e6 / copy_gbs, 1),
                      "TFLOP/s": round(flops / graph_ms / 1e9, 1), "torch loop us": round(loop_ms * 1e3, 1),
@@ -125,12 +131,12 @@ def fastest(run, default: MoeTiling, candidates: list[MoeTiling]) -> tuple[dict,
     return timings, min(timings, key=timings.get)
 
 
-def sweep(name: str, dtype: torch.dtype, fp8: bool, token_counts: list[int]) -> list[dict]:
+def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int]) -> list[dict]:
     """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
-    weights = expert_weights(name, dtype, fp8)
-    w13, w2 = weights["w13"], weights["w2"]
-    s13, s2 = weights.get("w13_scale"), weights.get("w2_scale")
+    w13, w2, formats = expert_weights(name, dtype, experts_format)
+    gate_up_format = {key.replace("w13_", "w_"): value for key, value in formats.items() if "w2_" not in key}
+    down_format = {key.replace("w2_", "w_"): value for key, value in formats.items() if "w13_" not in key}
     rows = []
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
@@ -144,13 +150,13 @@ def sweep(name: str, dtype: torch.dtype, fp8: bool, token_counts: list[int]) -> 
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
         candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
-        gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True, w_scale=s13),
-                             defaults[0]),
+        gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
+                                                    **gate_up_format), defaults[0]),
                  "down": (lambda t: grouped_gemm(act, w2, per_pair, blocks_for(t), t, 1, False, topk_weights.view(-1),
-                                                 w_scale=s2), defaults[1])}
+                                                 **down_format), defaults[1])}
         for gemm, (run, default) in gemms.items():
             timings, best = fastest(run, default, candidates)
-            rows.append({"model": name, "experts": "fp8" if fp8 else "bf16", "tokens": tokens, "gemm": gemm,
+            rows.append({"model": name, "experts": experts_format, "tokens": tokens, "gemm": gemm,
                          "default us": round(timings[default] * 1e3, 1), "best us": round(timings[best] * 1e3, 1),
                          "best": best})
             print(rows[-1], flush=True)
@@ -163,18 +169,19 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--tokens", type=int, nargs="*", help=f"default {TOKENS}; sweep: {SWEEP_TOKENS}")
     parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--fp8", action="store_true", help="e4m3 experts with per-channel scales")
+    parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], default="model",
+                        help="the experts in --dtype, or quantized as the quant plugin does")
     parser.add_argument("--csv")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.sweep:
-        rows = [row for name in args.models for row in sweep(name, dtype, args.fp8, args.tokens or SWEEP_TOKENS)]
+        rows = [row for name in args.models for row in sweep(name, dtype, args.experts, args.tokens or SWEEP_TOKENS)]
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
         rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
-                                                                    args.fp8)]
+                                                                    args.experts)]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
