@@ -112,6 +112,22 @@ def patch_positions(grid_thw: list[tuple[int, int, int]], merge: int) -> torch.T
     return torch.cat(rows)
 
 
+def rotary_angles(grid_thw: list[tuple[int, int, int]], merge: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """``[N, head_dim]`` rotary angles of each patch: its row turns the first half's frequencies,
+    its column the second's, both repeated for NeoX-style halves."""
+    angles = (patch_positions(grid_thw, merge).to(inv_freq.device)[..., None].float() * inv_freq).flatten(1)
+    return torch.cat([angles, angles], dim=-1)
+
+
+def frame_bounds(grid_thw: list[tuple[int, int, int]]) -> list[int]:
+    """Cumulative patch counts of every frame of every item: attention stays within one."""
+    bounds = [0]
+    for t, h, w in grid_thw:
+        for _ in range(t):
+            bounds.append(bounds[-1] + h * w)
+    return bounds
+
+
 def window_index(grid_thw: list[tuple[int, int, int]], merge: int, window: int) -> tuple[torch.Tensor, list[int]]:
     """Qwen2.5-VL's windows: the merged-token order that groups each ``window x window`` tile of
     merged tokens together, and the windows' cumulative patch counts (as transformers'
@@ -164,12 +180,8 @@ class VisionTransformer(nn.Module):
     def forward(self, pixels: torch.Tensor, grid_thw: list[tuple[int, int, int]]) -> torch.Tensor:
         """Patches of one or more items -> their merged tokens ``[sum(t*h*w) / merge^2, out_dim]``."""
         x = self.patch_embed(pixels)
-        angles = (patch_positions(grid_thw, self.merge).to(x.device)[..., None].float() * self.inv_freq).flatten(1)
-        angles = torch.cat([angles, angles], dim=-1)
-        full = [0]  # attention stays within one frame of one item
-        for t, h, w in grid_thw:
-            for _ in range(t):
-                full.append(full[-1] + h * w)
+        angles = rotary_angles(grid_thw, self.merge, self.inv_freq)
+        full = frame_bounds(grid_thw)
         unit, order, windows = self.merge ** 2, None, full
         if self.window:
             order, windows = window_index(grid_thw, self.merge, self.window)
