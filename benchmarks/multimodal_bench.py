@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
 import torch
 
 from fastllm import LLM, SamplingParams
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 PLACEHOLDERS = {  # the tokens around one image in a prompt
     "qwen": ("vision_start_token_id", "image_token_id", "vision_end_token_id"),
@@ -70,16 +73,17 @@ def run_fastllm(args) -> dict:
 def run_hf(args) -> dict:
     """transformers' batched generate, ``--hf-batch`` requests at a time (all prompts have one
     length, so no padding); the same processor output fastllm's plugin makes."""
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     from fastllm import registry
     from fastllm.model_loader.dummy_loader import DummyLoader
     from fastllm.multimodal.media import load_image
 
-    config = DummyLoader().load_config(args.model)
+    config = AutoConfig.from_pretrained(args.model) if os.path.isdir(args.model) else \
+        DummyLoader().load_config(args.model)
     processor = registry.get("multimodal_processors", config.architectures[0])(config, None, args.model)
     dtype = getattr(torch, args.dtype)
-    with torch.device("cuda"):
+    with torch.device(DEVICE):
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype).eval()
     batch = prompts(config, args.num_prompts, args.question_len, args.image_size)
     done, elapsed = 0, 0.0
@@ -87,17 +91,17 @@ def run_hf(args) -> dict:
         chunk = batch[max(index, 0) * args.hf_batch:(max(index, 0) + 1) * args.hf_batch]
         processed = [processor.process(p["prompt_token_ids"], {"image": [load_image(p["multimodal_data"]["image"][0])]})
                      for p in chunk]
-        ids = torch.tensor([p[0] for p in processed], device="cuda")
+        ids = torch.tensor([p[0] for p in processed], device=DEVICE)
         items = [item for _, mm in processed for item in mm.items]
-        kwargs = {"pixel_values": torch.cat([i.pixel_values for i in items]).to("cuda", dtype),
-                  "image_grid_thw": torch.tensor([i.grid_thw for i in items], device="cuda"),
+        kwargs = {"pixel_values": torch.cat([i.pixel_values for i in items]).to(DEVICE, dtype),
+                  "image_grid_thw": torch.tensor([i.grid_thw for i in items], device=DEVICE),
                   "mm_token_type_ids": (ids == config.image_token_id).int()}
-        torch.cuda.synchronize()
+        synchronize()
         start = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(ids, max_new_tokens=args.output_len, min_new_tokens=args.output_len,
                                  do_sample=False, pad_token_id=0, **kwargs)
-        torch.cuda.synchronize()
+        synchronize()
         if index >= 0:
             elapsed += time.perf_counter() - start
             done += len(chunk)
@@ -105,6 +109,11 @@ def run_hf(args) -> dict:
     return {"phase": "hf", "requests": done, "batch": args.hf_batch, "seconds": round(elapsed, 2),
             "requests_per_s": round(done / elapsed, 3),
             "output_tokens_per_s": round(done * args.output_len / elapsed, 1)}
+
+
+def synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def run_decode(args) -> dict:
