@@ -51,10 +51,20 @@ class VisionAttention(nn.Module):
         q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).unbind(1)
         q, k = ((t.float() * cos + rotate_half(t.float()) * sin).to(x.dtype) for t in (q, k))
         out = torch.empty_like(q)
-        for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:]):
-            segment = [t[start:end].transpose(0, 1) for t in (q, k, v)]
-            out[start:end] = F.scaled_dot_product_attention(*segment).transpose(0, 1)
+        for index in segments_by_length(cu_seqlens, x.device):  # [n, L]: n segments of L patches
+            segment = [t[index].transpose(1, 2) for t in (q, k, v)]  # [n, heads, L, head_dim]
+            out[index] = F.scaled_dot_product_attention(*segment).transpose(1, 2)
         return self.proj(out.flatten(1))
+
+
+def segments_by_length(cu_seqlens: list[int], device: torch.device) -> list[torch.Tensor]:
+    """The rows of each segment ``[cu_seqlens[i], cu_seqlens[i + 1])``, segments of one length
+    stacked ``[n, L]``: one attention call per length rather than per window or frame."""
+    starts: dict[int, list[int]] = {}
+    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:]):
+        if end > start:
+            starts.setdefault(end - start, []).append(start)
+    return [(torch.tensor(firsts)[:, None] + torch.arange(length)).to(device) for length, firsts in starts.items()]
 
 
 class VisionMLP(nn.Module):

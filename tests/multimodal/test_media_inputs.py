@@ -53,7 +53,7 @@ def test_chat_image_parts_match_hf(checkpoint, llm, tmp_path):
     ({"image": ["data:image/png;base64,@@@"]}, "base64"),
     ({"image": [image(28, 28, 0)] * 2}, "placeholders"),
     ({"audio": [b"x"]}, "unknown modality"),
-    ({"video": ["clip.mp4"]}, "local media paths"),
+    ({"video": ["clip.mp4"]}, "local media"),
 ])
 def test_bad_media_fails_only_its_request(llm, media, reason):
     good = {"prompt": "ok " + IMAGE, "multimodal_data": {"image": [image(28, 28, 5)]}}
