@@ -10,7 +10,7 @@ from PIL import Image
 from fastllm import LLM, SamplingParams
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
-from tests.multimodal.tiny_vl import IMAGE, build_checkpoint, data_url, hf_greedy_mm, image
+from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, data_url, hf_greedy_mm, image
 from tests.server.conftest import start_server
 
 GREEDY = SamplingParams(max_tokens=5, temperature=0.0)
@@ -142,3 +142,49 @@ def test_remote_media_only_from_allowed_hosts_without_redirects():
             fetch_allowed({"image": [base + "/moved"]}, ["127.0.0.1"])
     finally:
         server.shutdown()
+
+
+def animation_url(frames: list[np.ndarray], milliseconds: int) -> str:
+    """An animated PNG (lossless, unlike GIF) data URL, each frame shown ``milliseconds``."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    first, *rest = [Image.fromarray(f) for f in frames]
+    first.save(buffer, format="PNG", save_all=True, append_images=rest, duration=milliseconds, loop=0)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_video_inputs_match_hf(checkpoint, llm):
+    """A video as a frame array, as a list of PIL frames, and as an encoded animation sampled at
+    2 frames per second all give HF's tokens; an image and a video share one prompt."""
+    _, hf, tokenizer = checkpoint
+    frames = [image(56, 84, 40 + i) for i in range(4)]
+    clip = np.stack(frames)
+    prompt = "Frames " + IMAGE + " then " + VIDEO + " why?"
+    still = image(60, 40, 44)
+    # each frame twice for 250 ms, sampled every 500 ms: the four frames again
+    encoded = animation_url([f for f in frames for _ in range(2)], 250)
+    outs = llm.generate([{"prompt": prompt, "multimodal_data": {"image": [still], "video": [video]}}
+                         for video in (clip, [Image.fromarray(f) for f in frames], encoded)], GREEDY, use_tqdm=False)
+    assert [o.error_code for o in outs] == [200, 200, 200], [o.error_msg for o in outs]
+    for out, video in zip(outs, (clip, clip, clip)):
+        ids, mm = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"],
+                                                {"image": [Image.fromarray(still)], "video": [video]})
+        assert out.outputs.token_ids == hf_greedy_mm(hf, ids, list(mm.items), GREEDY.max_tokens)
+
+
+def test_video_url_chat_part_and_frame_limit(checkpoint, llm):
+    _, hf, tokenizer = checkpoint
+    frames = [image(56, 56, 50 + i) for i in range(2)]
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": animation_url(frames, 500)}},
+                                             {"type": "text", "text": "What happens?"}]}]
+    out = llm.chat(messages, GREEDY, use_tqdm=False)[0]
+    assert out.error_code == 200, out.error_msg
+    ids, mm = llm.engine.multimodal.process(tokenizer(out.prompt, add_special_tokens=False)["input_ids"],
+                                            {"video": [np.stack(frames)]})
+    assert out.outputs.token_ids == hf_greedy_mm(hf, ids, list(mm.items), GREEDY.max_tokens)
+    # two frames of 400 s each: 1600 samples at 2 per second, refused before any is decoded
+    long = {"role": "user", "content": [{"type": "video_url", "video_url": {"url": animation_url(frames, 400_000)}}]}
+    refused = llm.chat([long], GREEDY, use_tqdm=False)[0]
+    assert refused.error_code == 400 and "exceeds 768 frames" in refused.error_msg
