@@ -9,7 +9,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from fastllm.models.qwen2_vl_vision import VisionBlock, VisionMLP, VisionRMSNorm, frame_bounds, rotary_angles
+from fastllm.models.qwen2_vl_vision import (VisionBlock, VisionMLP, VisionRMSNorm, frame_bounds, rotary_angles,
+                                            segments_by_length)
 
 
 class PatchEmbed(nn.Module):
@@ -40,9 +41,9 @@ class ErnieVisionTransformer(nn.Module):
         x = self.patch_embed(pixels)
         angles = rotary_angles(grid_thw, self.merge, self.inv_freq)
         cos, sin = angles.cos()[:, None], angles.sin()[:, None]
-        bounds = frame_bounds(grid_thw)
+        frames = segments_by_length(frame_bounds(grid_thw), x.device)
         for block in self.blocks:
-            x = block(x, bounds, cos, sin)
+            x = block(x, frames, cos, sin)
         return self.ln(x)
 
 

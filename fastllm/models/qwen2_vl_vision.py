@@ -47,11 +47,13 @@ class VisionAttention(nn.Module):
         self.qkv = nn.Linear(dim, dim * 3)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, cu_seqlens: list[int], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, segments: list[torch.Tensor], cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        """``segments``: ``segments_by_length``'s rows; attention stays within each segment."""
         q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).unbind(1)
         q, k = ((t.float() * cos + rotate_half(t.float()) * sin).to(x.dtype) for t in (q, k))
         out = torch.empty_like(q)
-        for index in segments_by_length(cu_seqlens, x.device):  # [n, L]: n segments of L patches
+        for index in segments:  # [n, L]: n segments of L patches
             segment = [t[index].transpose(1, 2) for t in (q, k, v)]  # [n, heads, L, head_dim]
             out[index] = F.scaled_dot_product_attention(*segment).transpose(1, 2)
         return self.proj(out.flatten(1))
@@ -93,8 +95,9 @@ class VisionBlock(nn.Module):
         self.attn = VisionAttention(dim, num_heads)
         self.mlp = mlp
 
-    def forward(self, x: torch.Tensor, cu_seqlens: list[int], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), cu_seqlens, cos, sin)
+    def forward(self, x: torch.Tensor, segments: list[torch.Tensor], cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), segments, cos, sin)
         return x + self.mlp(self.norm2(x))
 
 
@@ -191,10 +194,11 @@ class VisionTransformer(nn.Module):
         """Patches of one or more items -> their merged tokens ``[sum(t*h*w) / merge^2, out_dim]``."""
         x = self.patch_embed(pixels)
         angles = rotary_angles(grid_thw, self.merge, self.inv_freq)
-        full = frame_bounds(grid_thw)
+        full = segments_by_length(frame_bounds(grid_thw), x.device)
         unit, order, windows = self.merge ** 2, None, full
         if self.window:
-            order, windows = window_index(grid_thw, self.merge, self.window)
+            order, bounds = window_index(grid_thw, self.merge, self.window)
+            windows = segments_by_length(bounds, x.device)
             order = order.to(x.device)
             x = x.unflatten(0, (-1, unit))[order].flatten(0, 1)
             angles = angles.unflatten(0, (-1, unit))[order].flatten(0, 1)
