@@ -188,3 +188,28 @@ def test_video_url_chat_part_and_frame_limit(checkpoint, llm):
     long = {"role": "user", "content": [{"type": "video_url", "video_url": {"url": animation_url(frames, 400_000)}}]}
     refused = llm.chat([long], GREEDY, use_tqdm=False)[0]
     assert refused.error_code == 400 and "exceeds 768 frames" in refused.error_msg
+
+
+def test_encoded_video_sampled_at_two_frames_per_second():
+    """An MP4 of 8 frames at 4 fps (lossless RGB H.264) decodes to its frames 0, 2, 4, 6;
+    bytes that are no video fail with a RequestError."""
+    import io
+
+    from fastllm.engine.input_processor import RequestError
+    from fastllm.multimodal.media import load_video
+
+    with pytest.raises(RequestError):
+        load_video(b"not a video")
+    av = pytest.importorskip("av")
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264rgb", rate=4)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "rgb24"
+        for i in range(8):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 30 * i, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    frames = load_video(buffer.getvalue())
+    assert frames.shape == (4, 48, 64, 3) and frames[:, 0, 0, 0].tolist() == [0, 60, 120, 180]
