@@ -22,6 +22,7 @@ from fastllm.models.ernie4_5 import Ernie4_5ForCausalLM
 from fastllm.models.ernie4_5_vl_vision import ErnieVisionTransformer, VariableResolutionResampler
 from fastllm.models.interface import rope_settings
 from fastllm.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
+from fastllm.models.qwen2_vl import multimodal_forward
 from fastllm.multimodal.inputs import MultimodalItem, StepMultimodal
 
 DEFAULT_SECTIONS = [22, 22, 20]
@@ -47,10 +48,10 @@ class Ernie4_5_VLAttention(LlamaAttention):
         self.rotary_emb = Ernie3DRotaryEmbedding(self.head_dim, config.max_position_embeddings, base, sections)
 
 
-def _experts(config: Any, intermediate_size: int, shared: Optional[nn.Module] = None) -> FusedMoE:
+def _experts(config: Any, intermediate_size: int) -> FusedMoE:
     router = TopKRouter(config.hidden_size, config.moe_num_experts, config.moe_k, score_correction_bias=True,
                         norm_min=config.moe_norm_min, float32_logits=True)
-    return FusedMoE(router, intermediate_size, shared)
+    return FusedMoE(router, intermediate_size)
 
 
 class ModalityMoE(nn.Module):
@@ -107,12 +108,7 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
             vision = torch.isin(input_ids, self.vision_token_ids)
         for block in self._sparse:
             block.vision = vision
-        if multimodal is None:
-            return self.model(input_ids, positions)
-        embeds = self.model.embed_tokens(input_ids)
-        if multimodal.rows.numel():
-            embeds = embeds.index_put((multimodal.rows,), multimodal.embeds.to(embeds.dtype))
-        return self.model(input_ids, multimodal.positions, inputs_embeds=embeds)
+        return multimodal_forward(self.model, input_ids, positions, multimodal)
 
     def encode_multimodal(self, item: MultimodalItem) -> torch.Tensor:
         """An image's placeholder embeddings, ``[item.length, hidden]``."""

@@ -115,17 +115,24 @@ def _check_size(width: int, height: int) -> None:
                            f"(aspect ratio above {MAX_ASPECT_RATIO})")
 
 
+def _resolve(source: Any, modality: str, local_root: Optional[str]) -> Any:
+    """The item itself, or the bytes that its dict (``{"url": ...}``), URL or path names; bytes
+    within MAX_MEDIA_BYTES."""
+    if isinstance(source, dict):
+        source = source.get("url", source.get(modality))
+    if isinstance(source, str):
+        source = _source_bytes(source, local_root)
+    if isinstance(source, (bytes, bytearray)) and len(source) > MAX_MEDIA_BYTES:
+        raise RequestError(f"media larger than {MAX_MEDIA_BYTES} bytes")
+    return source
+
+
 def load_image(source: Any, local_root: Optional[str] = None) -> Any:
     """A decoded RGB PIL image from a PIL image, an ``[H, W(, C)]`` uint8 array, encoded bytes,
     a data URL, or (where ``local_root`` allows) a local path."""
     Image = _pil()
-    if isinstance(source, dict):
-        source = source.get("url", source.get("image"))
-    if isinstance(source, str):
-        source = _source_bytes(source, local_root)
+    source = _resolve(source, "image", local_root)
     if isinstance(source, (bytes, bytearray)):
-        if len(source) > MAX_MEDIA_BYTES:
-            raise RequestError(f"media larger than {MAX_MEDIA_BYTES} bytes")
         try:
             with Image.open(io.BytesIO(source)) as opened:
                 _check_size(*opened.size)  # before decoding: a decompression bomb never expands
@@ -224,13 +231,8 @@ def load_video(source: Any, local_root: Optional[str] = None) -> np.ndarray:
     """Frames as a ``[T, H, W, 3]`` uint8 array, from such an array, a list of images, or an
     encoded video (bytes, a data URL, or where ``local_root`` allows a local path) sampled at
     VIDEO_FPS."""
-    if isinstance(source, dict):
-        source = source.get("url", source.get("video"))
-    if isinstance(source, str):
-        source = _source_bytes(source, local_root)
+    source = _resolve(source, "video", local_root)
     if isinstance(source, (bytes, bytearray)):
-        if len(source) > MAX_MEDIA_BYTES:
-            raise RequestError(f"media larger than {MAX_MEDIA_BYTES} bytes")
         frames = _decode_animation(bytes(source))
         if frames is None:
             frames = _decode_container(bytes(source))
