@@ -32,7 +32,8 @@ class ErnieVisionTransformer(nn.Module):
         self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, head_dim // 2, 2).float() / (head_dim // 2)),
                              persistent=False)
         self.blocks = nn.ModuleList(
-            VisionBlock(dim, config.num_heads, nn.LayerNorm, VisionMLP(dim, config.intermediate_size, config.hidden_act))
+            VisionBlock(dim, config.num_heads, nn.LayerNorm,
+                        VisionMLP(dim, config.intermediate_size, config.hidden_act))
             for _ in range(config.depth))
         self.ln = nn.LayerNorm(dim, eps=config.rms_norm_eps)
 

@@ -61,7 +61,8 @@ def checkpoint(tmp_path_factory):
             param.data.normal_(0.0, 0.15)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    Ernie4_5_VLMoeImageProcessorPil(size={"shortest_edge": 28 * 28 * 4, "longest_edge": 28 * 28 * 16}).save_pretrained(path)
+    small_images = {"shortest_edge": 28 * 28 * 4, "longest_edge": 28 * 28 * 16}
+    Ernie4_5_VLMoeImageProcessorPil(size=small_images).save_pretrained(path)
     return path, model, tokenizer
 
 
