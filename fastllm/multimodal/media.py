@@ -24,6 +24,8 @@ MAX_ASPECT_RATIO = 200  # what the Qwen-VL resizers accept
 MAX_VIDEO_FRAMES = 768
 MAX_VIDEO_PIXELS = 256 * 1024 * 1024  # over all frames: what one video may expand to in memory
 VIDEO_FPS = 2.0  # the rate encoded videos are sampled at, and decoded frames are taken to have (as vLLM)
+MAX_ANIMATION_FRAMES = 16 * MAX_VIDEO_FRAMES  # frames an animated image may hold before sampling
+GIF_FRAME_MS = 100  # how long browsers show an animation frame that gives no (or no positive) duration
 MODALITIES = ("image", "video")
 
 
@@ -178,12 +180,14 @@ def _decode_animation(data: bytes) -> Optional[np.ndarray]:
     try:
         with Image.open(io.BytesIO(data)) as opened:
             count = getattr(opened, "n_frames", 1)
+            if count > MAX_ANIMATION_FRAMES:
+                raise RequestError(f"an animation of {count} frames exceeds {MAX_ANIMATION_FRAMES} frames")
             _check_video(count, *opened.size)
             starts, durations = [], []
             for index in range(count):
                 opened.seek(index)
                 starts.append(sum(durations))
-                durations.append(opened.info.get("duration", 1000 / VIDEO_FPS) / 1000)
+                durations.append((opened.info.get("duration") or GIF_FRAME_MS) / 1000)
             picked = _sample_times(starts, sum(durations))
             frames = []
             for index in picked:
