@@ -13,6 +13,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.data_parallel import DataParallelEngine
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
+from fastllm.multimodal.prefetch import process_prompts_media
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -81,16 +82,22 @@ class LLM:
         adapters = self._per_prompt(lora_request, LoRARequest, len(prompt_list), "lora_request")
         results: dict[str, RequestOutput] = {}
         order = []
-        for prompt, params, adapter in zip(prompt_list, params_list, adapters):
+        split = [self._split_prompt(prompt) for prompt in prompt_list]
+        for (text, token_ids, media), processed, params, adapter in zip(
+                split, process_prompts_media(self.engine, split), params_list, adapters):
             request_id = str(next(self._ids))
             order.append(request_id)
-            text, token_ids, media = self._split_prompt(prompt)
+            processed_media = {}  # what process_prompts_media made of the media, for the engine to take
             try:
+                if isinstance(processed, RequestError):
+                    raise processed
+                if processed is not None:
+                    (token_ids, processed_media["multimodal"]), media = processed, None
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
                                         chat_template_kwargs=chat_template_kwargs, final_output_only=True,
-                                        lora_request=adapter, multimodal_data=media)
+                                        lora_request=adapter, multimodal_data=media, **processed_media)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from typing import Any
 
@@ -11,8 +12,7 @@ import torch
 
 from fastllm.engine.input_processor import RequestError
 from fastllm.multimodal.inputs import MultimodalInputs, MultimodalItem
-
-VIDEO_FPS = 2.0  # the frame rate a video's frames are taken to be sampled at (as vLLM and FastDeploy)
+from fastllm.multimodal.media import VIDEO_FPS
 
 
 def mrope_positions(num_tokens: int, items: list[MultimodalItem], merge: int,
@@ -45,20 +45,36 @@ class Qwen2VLProcessor:
     modalities = ("image", "video")
 
     def __init__(self, hf_config: Any, tokenizer: Any, model_path: str):
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
+        processor_cls = self.image_processor_class()
         saved = os.path.isfile(os.path.join(model_path, "preprocessor_config.json"))
-        # a bundled dummy config has no processor settings: transformers' defaults are Qwen's
-        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(model_path) if saved \
-            else Qwen2VLImageProcessorPil()
-        self.token_ids = {"image": hf_config.image_token_id, "video": hf_config.video_token_id}
+        # a bundled dummy config has no processor settings: transformers' defaults are the model's
+        self.image_processor = processor_cls.from_pretrained(model_path) if saved else processor_cls()
+        ids = {"image": hf_config.image_token_id, "video": hf_config.video_token_id}
+        self.token_ids = {modality: ids[modality] for modality in self.modalities}
         vision = hf_config.vision_config
         self.merge = vision.spatial_merge_size
-        self.temporal_patch = vision.temporal_patch_size
+        self.temporal_patch = getattr(vision, "temporal_patch_size", 1)
         self.tokens_per_second = getattr(vision, "tokens_per_second", None)  # Qwen2.5-VL: timed video steps
+        # HF's video processor needs torchvision: its settings (video_preprocessor_config.json, else
+        # the image processor's, as AutoVideoProcessor falls back) drive the image processor per frame
+        video_config = os.path.join(model_path, "video_preprocessor_config.json")
+        if os.path.isfile(video_config):
+            with open(video_config) as f:
+                self.video_processor = processor_cls.from_dict(json.load(f))
+        else:
+            self.video_processor = self.image_processor
+
+    @staticmethod
+    def image_processor_class() -> type:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil
 
     def process(self, prompt_token_ids: list[int],
                 media: dict[str, list[Any]]) -> tuple[list[int], MultimodalInputs]:
+        for modality, items in media.items():
+            if items and modality not in self.modalities:
+                raise RequestError(f"this model takes no {modality} input")
         features = {modality: self._features(modality, items) for modality, items in media.items() if items}
         placeholders = [(i, m) for i, t in enumerate(prompt_token_ids)
                         for m, token in self.token_ids.items() if t == token]
@@ -100,7 +116,7 @@ class Qwen2VLProcessor:
         if len(frames) % self.temporal_patch:
             pad = self.temporal_patch - len(frames) % self.temporal_patch
             frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
-        out = self.image_processor(images=list(frames), return_tensors="pt")
+        out = self.video_processor(images=list(frames), return_tensors="pt")
         grid = out["image_grid_thw"][0].tolist()
         # each frame's rows hold its patch repeated over the temporal axis: keep one copy per frame
         per_frame = out["pixel_values"].unflatten(0, (len(frames), -1))
