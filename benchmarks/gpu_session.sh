@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moequant, moethroughput, parallel)
+#   moe, moedecode, moequant, moethroughput, multimodal, parallel)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -151,6 +151,12 @@ moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNI
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"
+  ;;
+multimodal)  # Qwen2.5-VL-7B: 500 one-image requests against HF's batched generate; ERNIE-4.5-VL-28B-A3B decode
+  step mm_fastllm 200 $PY benchmarks/multimodal_bench.py --phase fastllm --model qwen2.5-vl-7b --num-prompts 500
+  step mm_hf 120 $PY benchmarks/multimodal_bench.py --phase hf --model qwen2.5-vl-7b --num-prompts 32 --hf-batch 16
+  step mm_ernie 150 $PY benchmarks/multimodal_bench.py --phase decode --model ernie-4.5-vl-28b-a3b --num-prompts 64 \
+    --image-size 448 --decode-len 128
   ;;
 parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 decode, then offline)
   LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
