@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     runner = engine_runner(llm)
     # Online methods without --tokenids-path see what loading with quantization=NAME sees: the same codes.
-    random_tokens = quantizer.observes_inputs and args.tokenids_path is None
-    quantizer.quantize_model(runner.model, runner.run_random_tokens if random_tokens else calibrate_on_text)
+    online = quantizer.online_calibration(runner.model, runner.run_prompts) if args.tokenids_path is None else None
+    quantizer.quantize_model(runner.model, online or calibrate_on_text)
     save_quantized(runner.model, engine.hf_config, engine.tokenizer, quantizer, args.output, DTYPES[args.dtype])
     logger.info("wrote %s (%s, non-quantized tensors in %s)", args.output, quantizer.name, args.dtype)
     return 0
