@@ -296,8 +296,9 @@ def uses_pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.devic
 
 
 def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
-    """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; only int4
-    loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``). nf4 with the
+    """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; int4
+    loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``), and dense 16-bit
+    weights, which have as many bytes a lane (not swept). nf4 with the
     pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes spread
     along K (a slice of 1024 inputs a warp), 8 rows, the next slice loaded ahead (chosen by
     timing whole decodes: one-layer timings did not predict them). More rows: 32 columns, one
