@@ -27,3 +27,10 @@ def register_quantizers():
 @hookimpl
 def register_lm_head_quantizers():
     return {"int8": quantize_lm_head}
+
+
+@hookimpl
+def register_cli_commands():
+    from fastllm_quant.cli import register
+
+    return {"quantize": register}

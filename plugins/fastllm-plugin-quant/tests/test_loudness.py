@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fastllm.engine.model_runner import ModelRunner
-from fastllm.entrypoints.cli.quantize import engine_runner
+from fastllm.engine.in_process import engine_runner
 from fastllm.layers.linear import LinearBase
 from fastllm_quant.int4 import WeightOnlyInt4Quantizer
 from fastllm_quant.loudness import input_loudness
