@@ -40,7 +40,7 @@ class EngineConfig(BaseModel):
     tp_cuda_graphs: bool = False  # CUDA graphs under tensor parallelism (opt-in: see benchmarks/RESULTS.md)
     async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA)
     quantization: Optional[str] = None
-    quantize_lm_head: bool = False  # the LM head in weight-only int8 (fastllm.quantization.lm_head)
+    quantize_lm_head: bool = False  # the LM head quantized too, by the registered lm_head_quantizers plugin
     reasoning_parser: Optional[str] = None
     tool_call_parser: Optional[str] = None
     chat_template: Optional[str] = None

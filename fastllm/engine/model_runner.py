@@ -29,11 +29,6 @@ from fastllm.spec_decode.verify import DraftGroup, verify_drafts
 
 logger = logging.getLogger(__name__)
 PROMPT_LOGPROB_CHUNK = 256
-# Online quantizers that weigh weights by their inputs see this many random token ids, in
-# prompts of up to CALIBRATION_LENGTH, once at load (seeded: every tensor-parallel rank runs
-# the same ones, so the layers' collectives pair up).
-CALIBRATION_TOKENS = 4096
-CALIBRATION_LENGTH = 1024
 
 
 class ModelRunner:
@@ -67,12 +62,12 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
-        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
+        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_prompts)
         if config.merge_lora:
-            registry.get("adapter_managers", "lora").merge(self.model, config.merge_lora)
+            registry.only("adapter_managers", "merge_lora").factory.merge(self.model, config.merge_lora)
         # The adapter manager wraps the loaded (and quantized) layers; it reads each step's slots.
         with use_kernels(kernels):
-            self.adapters = (registry.get("adapter_managers", "lora")(self.model, config)
+            self.adapters = (registry.only("adapter_managers", "enable_lora").factory(self.model, config)
                              if config.enable_lora else None)
         self.encoder = EncoderRunner(self.model, self.device) if hasattr(self.model, "encode_multimodal") else None
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
@@ -289,14 +284,9 @@ class ModelRunner:
         return self.platform.peak_memory_bytes()
 
     @torch.inference_mode()
-    def run_random_tokens(self) -> None:
-        """The online calibration (``Quantizer.observes_inputs``): random token ids through the
-        model as loaded, before it is quantized. Which input channels are loud is a property of
-        the weights (the residual stream's outlier channels, the norms' gains), not of the text."""
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(self.hf_config.vocab_size, (CALIBRATION_TOKENS,), generator=generator).tolist()
-        length = min(CALIBRATION_LENGTH, getattr(self.hf_config, "max_position_embeddings", CALIBRATION_LENGTH))
-        self._throwaway_prefill([length] * (CALIBRATION_TOKENS // length), ids)
+    def run_prompts(self, prompts: list[list[int]]) -> None:
+        """Token-id prompts through the model as loaded (a quantizer's ``online_calibration``)."""
+        self._throwaway_prefill([len(ids) for ids in prompts], [token for ids in prompts for token in ids])
 
     def _throwaway_prefill(self, lengths: list[int], token_ids: Optional[list[int]] = None) -> torch.Tensor:
         """Hidden states of prompts of ``lengths``, run in a cache of their own: the serving cache,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
 from typing import Callable, Optional
 
@@ -18,6 +20,7 @@ class CpuPlatform:
     priority = 0
     overlaps_steps = False  # a CPU op returns when it is done
     warms_up_kernels = False
+    measures_rooflines = False
 
     @classmethod
     def is_available(cls) -> bool:
@@ -32,6 +35,22 @@ class CpuPlatform:
 
     def synchronize(self) -> None:
         pass
+
+    def seconds_per_call(self, fn: Callable[[], object], reps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - start) / reps
+
+    def empty_cache(self) -> None:
+        pass
+
+    def visible_devices(self, count: int) -> list[str]:
+        """Processes share the host: no device to split."""
+        return [""] * count
+
+    def only_devices(self, devices: list[str]) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def kernels(self) -> Optional[ModuleType]:
         return fastllm_kernels(default_on=False)

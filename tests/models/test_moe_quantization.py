@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fastllm import LLM, SamplingParams
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.layers.fused_moe import FusedMoE
 from fastllm.quantization import QuantizedLinear
 from fastllm.registry import registry

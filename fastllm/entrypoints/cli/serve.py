@@ -69,11 +69,12 @@ def check_plugins(config: EngineConfig) -> None:
     """Fail on an unknown plugin name now, not after the weights are loaded."""
     wanted = [("quantizers", config.quantization), ("tool_parsers", config.tool_call_parser),
               ("reasoning_parsers", config.reasoning_parser),
-              ("speculative_decoders", (config.speculative_config or {}).get("method")),
-              ("adapter_managers", "lora" if config.enable_lora else None)]
+              ("speculative_decoders", (config.speculative_config or {}).get("method"))]
     for kind, name in wanted:
         if name:
             registry.get(kind, name)
+    if config.enable_lora:
+        registry.only("adapter_managers", "enable_lora")
 
 
 def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfig) -> ServerConfig:
