@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -59,7 +59,8 @@ class CudaPlatform:
         return torch.cuda.max_memory_allocated()
 
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
-                      max_model_len: int, max_query_len: int) -> DecodeGraphs:
-        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len)
+                      max_model_len: int, max_query_len: int, adapters: Any = None) -> DecodeGraphs:
+        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len,
+                              adapters)
         graphs.capture()
         return graphs

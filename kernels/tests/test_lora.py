@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from fastllm_kernels.lora import TILE_TOKENS, lora_expand, lora_expand_ref, lora_shrink, lora_shrink_ref, lora_tiles
+from fastllm_kernels.lora import (TILE_TOKENS, lora_expand, lora_expand_ref, lora_expand_tokens, lora_shrink,
+                                  lora_shrink_ref, lora_shrink_tokens, lora_tiles)
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, randn, rel_err
 
 # Base-model tokens (-1) and slots 0..2 interleaved as a mixed batch packs decodes, then a prefill
@@ -54,3 +55,26 @@ def test_a_strided_input_and_no_adapter_tokens():
     y = randn(2, 8, dtype=torch.float32)
     assert torch.equal(lora_expand(y.clone(), lora_shrink(x, a, none_order, none_tiles), randn(2, 8, 4, dtype=torch.float32),
                                    torch.ones(2, device=DEVICE), none_order, none_tiles), y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_token_kernels_match_the_reference(dtype):
+    """The captured-graph variant: slots read on the device, inner features split over programs."""
+    slots_list = [-1, 0, 2, 0, -1, 2, 1]
+    slots = torch.tensor(slots_list, dtype=torch.int32, device=DEVICE)
+    inner, rank, outputs = 1100, 12, 150  # more than one split of the inner features
+    x = randn(len(slots_list), inner, dtype=dtype)
+    a = randn(3, rank, inner, dtype=dtype) / inner ** 0.5
+    b = randn(3, outputs, rank, dtype=dtype)
+    scale = torch.tensor([0.5, 2.0, 1.25], device=DEVICE)
+    y = randn(len(slots_list), outputs, dtype=dtype)
+    base = y.clone()
+    used = slots >= 0
+
+    xa = lora_shrink_tokens(x, a, slots)
+    xa_ref = lora_shrink_ref(x, a, slots)
+    lora_expand_tokens(y, xa, b, scale, slots)
+
+    assert rel_err(xa, xa_ref) < TOLERANCE[dtype] and torch.equal(xa[~used], torch.zeros_like(xa[~used]))
+    assert rel_err(y, lora_expand_ref(base, xa_ref, b, scale, slots)) < TOLERANCE[dtype]
+    assert torch.equal(y[~used], base[~used]) and rel_err(y[used], base[used]) > 0.1

@@ -22,20 +22,26 @@ from fastllm_lora.checkpoint import ModuleDelta
 
 @dataclass
 class LoRABatch:
-    """One step's adapters: each token's slot (-1: base model) and, where the kernels run, the
-    tokens grouped by slot (``fastllm_kernels.lora.lora_tiles``)."""
+    """One step's adapters: each token's slot on the device (-1: base model) and, for a step run
+    eagerly, the same on the host, from which the kernels' token groups are built on first use
+    (``fastllm_kernels.lora.lora_tiles``). A captured decode graph's batch has no host copy: its
+    slots are a static buffer the graph runner fills before each replay."""
 
     slots: torch.Tensor  # [num_tokens] int32
-    order: Optional[torch.Tensor] = None
-    tiles: Optional[torch.Tensor] = None
+    host_slots: Optional[list[int]] = None
+    _groups: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 
     @classmethod
-    def of(cls, slots: list[int], device: torch.device, kernels: Optional[ModuleType]) -> "LoRABatch":
-        batch = cls(to_device(slots, torch.int32, device))
-        if kernels is not None:
-            order, tiles = kernels.lora_tiles(slots)
-            batch.order, batch.tiles = (to_device(order, torch.int32, device), to_device(tiles, torch.int32, device))
-        return batch
+    def of(cls, slots: list[int], device: torch.device) -> "LoRABatch":
+        return cls(to_device(slots, torch.int32, device), slots)
+
+    def groups(self, kernels: ModuleType) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(order, tiles)`` on the device, built once a step (every layer reads the same)."""
+        if self._groups is None:
+            order, tiles = kernels.lora_tiles(self.host_slots)
+            device = self.slots.device
+            self._groups = (to_device(order, torch.int32, device), to_device(tiles, torch.int32, device))
+        return self._groups
 
 
 class LoRALinear(nn.Module):
@@ -75,11 +81,15 @@ class LoRALinear(nn.Module):
             return y
         rows, out = x.reshape(-1, x.shape[-1]), y.view(-1, y.shape[-1])
         kernels = self.kernels
-        if kernels is not None and batch.tiles is not None:
-            xa = kernels.lora_shrink(rows, self.lora_a, batch.order, batch.tiles)
-            kernels.lora_expand(out, xa, self.lora_b, self.scale, batch.order, batch.tiles)
-        else:
+        if kernels is None:
             self._add_torch(rows, out, batch.slots)
+        elif batch.host_slots is None:  # inside a captured graph
+            xa = kernels.lora_shrink_tokens(rows, self.lora_a, batch.slots)
+            kernels.lora_expand_tokens(out, xa, self.lora_b, self.scale, batch.slots)
+        else:
+            order, tiles = batch.groups(kernels)
+            xa = kernels.lora_shrink(rows, self.lora_a, order, tiles)
+            kernels.lora_expand(out, xa, self.lora_b, self.scale, order, tiles)
         return y
 
     def _add_torch(self, rows: torch.Tensor, out: torch.Tensor, slots: torch.Tensor) -> None:
