@@ -16,6 +16,7 @@ depend only on the padded batch. A base-model token's program loads nothing.
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Optional
 
 import torch
@@ -34,16 +35,24 @@ _TOKEN_BLOCK_N = 128
 
 def lora_tiles(slots: list[int], tile: int = TILE_TOKENS) -> tuple[list[int], list[int]]:
     """Per-token slots -> (``order``: the adapter tokens sorted by slot, ``tiles``: flat
-    ``(start in order, length, slot)`` triples of runs of at most ``tile`` tokens)."""
-    order = sorted((t for t, s in enumerate(slots) if s >= 0), key=lambda t: slots[t])
+    ``(start in order, length, slot)`` triples of runs of at most ``tile`` tokens). Goes by runs of
+    one slot (a sequence's tokens are packed together), not token by token: a prefill step has
+    thousands of tokens."""
+    runs: dict[int, list[range]] = {}
+    token = 0
+    for slot, run in groupby(slots):
+        length = len(list(run))
+        if slot >= 0:
+            runs.setdefault(slot, []).append(range(token, token + length))
+        token += length
+    order: list[int] = []
     tiles: list[int] = []
-    start = 0
-    while start < len(order):
-        slot, end = slots[order[start]], start
-        while end < len(order) and end - start < tile and slots[order[end]] == slot:
-            end += 1
-        tiles += [start, end - start, slot]
-        start = end
+    for slot in sorted(runs):
+        start = len(order)
+        for tokens in runs[slot]:
+            order.extend(tokens)
+        for offset in range(start, len(order), tile):
+            tiles += [offset, min(tile, len(order) - offset), slot]
     return order, tiles
 
 
