@@ -88,8 +88,6 @@ class LLMEngine:
             checkpoint_dtype = getattr(torch, checkpoint_dtype, None)
         self.dtype = self.platform.resolve_dtype(config.dtype, checkpoint_dtype)
         self.structured_output = self._structured_output_backend()
-        if config.enable_lora and config.tensor_parallel_size > 1:
-            raise ValueError("enable_lora does not support tensor_parallel_size > 1 yet")
         self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype,
                                       self.structured_output)
         num_blocks = self._num_kv_blocks()

@@ -100,7 +100,7 @@ class ModelRunner:
             max_drafts = (self.config.speculative_config or {}).get("num_speculative_tokens", 0)
             self.graphs = self.platform.decode_graphs(self._eager_forward, self.config.max_num_seqs,
                                                       min(num_blocks, -(-max_len // self.block_size)), max_len,
-                                                      max_query_len=1 + max_drafts)
+                                                      max_query_len=1 + max_drafts, adapters=self.adapters)
 
     def _allocate_caches(self, num_blocks: int) -> None:
         attn = self._stage_attention()[0]
@@ -140,13 +140,12 @@ class ModelRunner:
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
-        """Unless ``enforce_eager``; the backend must be capturable; no adapters for now (their
-        per-token slots are not a captured input). Under tensor parallelism only with
+        """Unless ``enforce_eager``; the backend must be capturable. Under tensor parallelism only with
         ``tp_cuda_graphs``: every rank captures the same graphs (allocation runs on all ranks
         together) and replays the same one each step, since all ranks see the same step
         metadata. Not under pipeline parallelism, whose stages pass activations by send and
         receive."""
-        return (not self.config.enforce_eager and pp_size() == 1 and self.adapters is None
+        return (not self.config.enforce_eager and pp_size() == 1
                 and (tp_size() == 1 or self.config.tp_cuda_graphs)
                 and getattr(self.backend, "cuda_graph_safe", False))
 
@@ -189,12 +188,15 @@ class ModelRunner:
         pair up only when all ranks run the same sequence of them.
         """
         if multimodal is None and self.graphs is not None and self.graphs.can_run(attn_metadata):
-            return self.graphs.run(input_ids, positions, attn_metadata)
+            return self.graphs.run(input_ids, positions, attn_metadata, self.adapter_batch)
         return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
-        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_batch)):
+                       attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None,
+                       adapter_batch: Any = None) -> torch.Tensor:
+        """``adapter_batch``: a captured graph's, in place of the step's."""
+        adapter_batch = self.adapter_batch if adapter_batch is None else adapter_batch
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, adapter_batch)):
             if multimodal is not None:
                 return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)

@@ -14,6 +14,7 @@ from fastllm.engine.input_batch import ModelInputs
 from fastllm.engine.model_runner import ModelRunner
 from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.executor.mirrored_adapters import MirroredAdapters
 from fastllm.executor.step_wire import encode_forward
 from fastllm.executor.worker import WorkerSpec
 from fastllm.executor.worker_group import WorkerGroup
@@ -31,6 +32,8 @@ class DriverRunner(ModelRunner):
     def __init__(self, workers: WorkerGroup, *args: Any):
         self.workers = workers
         super().__init__(*args)
+        if self.adapters is not None:
+            self.adapters = MirroredAdapters(self.adapters, workers)
 
     def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         """The workers get the step from host memory (no wait for the device) and its tokens by broadcast."""
@@ -68,6 +71,7 @@ class MultiprocExecutor:
             self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype,
                                        structured_output)
             self._runners.append(self.runner)
+            self.adapters = self.runner.adapters
             self.workers.gather()  # every rank has built its shard
         except BaseException:
             self.shutdown()

@@ -59,6 +59,12 @@ class Worker:
         input_ids, positions, meta, multimodal = decode_forward(wire, self.runner.device)
         self.hidden = self.runner.forward(broadcast_input_ids(input_ids), positions, meta, multimodal)
 
+    def adapter_call(self, method: str, *args: Any) -> None:
+        """Rank 0's adapter manager call (``MirroredAdapters``); a step's batch is kept for its forward."""
+        result = getattr(self.runner.adapters, method)(*args)
+        if method == "prepare_step":
+            self.runner.adapter_batch = result
+
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)
 

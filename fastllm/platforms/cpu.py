@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -59,5 +59,5 @@ class CpuPlatform:
         return 0
 
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
-                      max_model_len: int, max_query_len: int) -> Optional[object]:
+                      max_model_len: int, max_query_len: int, adapters: Any = None) -> Optional[object]:
         return None

@@ -6,7 +6,7 @@ import logging
 import os
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -95,7 +95,8 @@ class CudaPlatform:
         return torch.cuda.max_memory_allocated()
 
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
-                      max_model_len: int, max_query_len: int) -> DecodeGraphs:
-        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len)
+                      max_model_len: int, max_query_len: int, adapters: Any = None) -> DecodeGraphs:
+        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len,
+                              adapters)
         graphs.capture()
         return graphs
