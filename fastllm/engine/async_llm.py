@@ -135,11 +135,13 @@ class AsyncLLM:
     instead of answering 503 forever.
     """
 
-    def __init__(self, config: EngineConfig, request_window: Optional[int] = None):
+    def __init__(self, config: EngineConfig, request_window: Optional[int] = None,
+                 on_iteration: Optional[Callable[[], None]] = None):
         """``request_window``: sequences one client request (a ``group``) may have in the engine
         at once (default: a sixteenth of ``max_num_seqs``, at least 4): a request arriving behind
         a big one shares the batch with only that many of its sequences, so its steps stay short;
-        see ``fastllm.engine.fair_admission``."""
+        see ``fastllm.engine.fair_admission``. ``on_iteration``: called on the engine thread after
+        every loop iteration (the engine-core process sends the iteration's outputs from there)."""
         if config.data_parallel_size > 1:
             raise ValueError("data_parallel_size > 1 runs offline (LLM, fastllm bench) only, not in the server yet")
         self.engine = LLMEngine(config)
@@ -160,6 +162,7 @@ class AsyncLLM:
         self._spec_retired = (0, 0)
         self.on_dead: list[Callable[[], None]] = []
         self.admission = FairAdmission(request_window or max(4, config.max_num_seqs // 16))
+        self._on_iteration = on_iteration or (lambda: None)
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
 
@@ -183,11 +186,8 @@ class AsyncLLM:
                                                                    multimodal_data)
             multimodal_data = None
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
-        with self._lock:
-            if self._closed or self._stopping or self.dead_error is not None:
-                raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
-            self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream, lora_request, group, multimodal_data, multimodal))
+        self.submit(_Add(request_id, prompt, prompt_token_ids, params, time.time(), chat_template_kwargs, stream,
+                         lora_request, group, multimodal_data, multimodal))
         finished = False
         try:
             while not finished:
@@ -203,17 +203,27 @@ class AsyncLLM:
             if not finished:
                 self.abort(request_id)
 
+    def submit(self, item: _Add | _Call) -> None:
+        """Hand a request (its outputs go to ``item.stream``) or a call to the engine thread."""
+        with self._lock:
+            if self._closed or self._stopping or self.dead_error is not None:
+                raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
+            self._inbox.put(item)
+
     def abort(self, request_id: str) -> None:
         self._inbox.put(_Abort(request_id))
+
+    async def add_adapter(self, lora_request: LoRARequest) -> None:
+        await self.call(lambda engine: engine.add_adapter(lora_request))
+
+    async def remove_adapter(self, adapter_id: int) -> bool:
+        return await self.call(lambda engine: engine.remove_adapter(adapter_id))
 
     async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
         """``fn(engine)`` run between two steps on the engine thread; its result or its exception."""
         loop = asyncio.get_running_loop()
         item = _Call(fn, loop, loop.create_future())
-        with self._lock:
-            if self._closed or self._stopping or self.dead_error is not None:
-                raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
-            self._inbox.put(item)
+        self.submit(item)
         return await item.future
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -239,6 +249,7 @@ class AsyncLLM:
                     except Exception:
                         logger.exception("engine step failed; failing the requests it touched")
                         self._fail_touched()
+                self._on_iteration()
         except Exception:  # the recovery itself failed: the engine's state is unknown
             logger.exception("engine loop failed; failing every in-flight request")
             self.dead_error = EngineDeadError("the engine stopped after an internal error; see the server log")
