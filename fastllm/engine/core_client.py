@@ -83,7 +83,10 @@ class EngineCoreClient:
                                    "while starting; see its log above")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the engine core did not start within {timeout:g} s")
-        message = self._conn.recv()
+        try:
+            message = self._conn.recv()
+        except EOFError:
+            raise RuntimeError("the engine core process exited while starting; see its log above") from None
         if message[0] == "failed":
             _, kind, text = message
             raise (ValueError if kind == "value" else RuntimeError)(text)
