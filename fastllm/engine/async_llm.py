@@ -28,7 +28,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.fair_admission import FairAdmission
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
-from fastllm.engine.request_state import RequestState
+from fastllm.engine.stats import EngineStats
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -43,21 +43,6 @@ def internal_error(request_id: str) -> RequestError:
     """What a client hears when its request failed inside the engine: a 500 naming only the request;
     the exception itself goes to the log, never to the client."""
     return RequestError(f"internal error while running request {request_id}; see the server log", code=500)
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot the engine thread publishes after every iteration, safe to read anywhere."""
-
-    num_requests_running: int = 0
-    num_requests_waiting: int = 0
-    kv_cache_usage: float = 0.0
-    num_free_blocks: int = 0
-    num_usable_blocks: int = 0
-    num_preemptions: int = 0
-    spec_num_draft_tokens: int = 0
-    spec_num_accepted_tokens: int = 0
-    num_running_adapters: int = 0  # distinct adapters among the running requests
 
 
 @dataclass
@@ -149,8 +134,7 @@ class AsyncLLM:
         self.tokenizer = self.engine.tokenizer
         self.inputs = self.engine.inputs  # thread-safe: the server validates and tokenizes on its workers
         self.max_model_len = self.engine.max_model_len
-        self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
-                                 num_free_blocks=self.engine.kv_cache.num_free_blocks)
+        self.stats = self.engine.stats()
         self.dead_error: Optional[BaseException] = None
         self._inbox: queue.SimpleQueue[_Add | _Compiled | _Abort | _Call | None] = queue.SimpleQueue()
         self._compiling: dict[str, _Add] = {}  # guided requests whose grammar is compiling; guarded by _lock
@@ -159,7 +143,6 @@ class AsyncLLM:
         self._stopping = False
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
         self._lock = threading.Lock()
-        self._spec_retired = (0, 0)
         self.on_dead: list[Callable[[], None]] = []
         self.admission = FairAdmission(request_window or max(4, config.max_num_seqs // 16))
         self._on_iteration = on_iteration or (lambda: None)
@@ -377,7 +360,6 @@ class AsyncLLM:
             return
         with self._lock:
             self._compiling.pop(item.request_id, None)
-        self._retire(self.engine.requests.get(item.request_id))
         output = self.engine.abort_request(item.request_id)
         self._leave(item.request_id)
         stream = self._streams.pop(item.request_id, None)
@@ -389,11 +371,9 @@ class AsyncLLM:
     def _step(self) -> None:
         """One engine step; the stats snapshot is updated before any client hears of the step's outputs,
         so a client that reacts to an output (or a server admitting the next request) never reads older stats."""
-        live = dict(self.engine.requests) if self.engine.speculator is not None else {}
         outputs = self.engine.step()
         for output in outputs:
             if output.finished:
-                self._retire(live.get(output.request_id))
                 self._leave(output.request_id)
         self._publish_stats()
         for output in outputs:
@@ -412,7 +392,6 @@ class AsyncLLM:
                    if any(s.seq.num_computed_tokens or s.seq.num_pending_tokens or s.seq.output_token_ids
                           or id(s.seq) in running for s in state.samples)]
         for request_id in touched or list(self.engine.requests):
-            self._retire(self.engine.requests.get(request_id))
             self.engine.abort_request(request_id)
             self._leave(request_id)
             stream = self._streams.pop(request_id, None)
@@ -420,18 +399,5 @@ class AsyncLLM:
                 stream.put(internal_error(request_id))
         self._publish_stats()
 
-    def _retire(self, state: Optional[RequestState]) -> None:
-        """Fold an ending request's speculative-decoding counts into the running totals."""
-        if state is not None and state.num_draft_tokens:
-            drafts, accepted = self._spec_retired
-            self._spec_retired = (drafts + state.num_draft_tokens, accepted + state.num_accepted_tokens)
-
     def _publish_stats(self) -> None:
-        scheduler, kv_cache = self.engine.scheduler, self.engine.kv_cache
-        self.stats = EngineStats(
-            num_requests_running=len({seq.request_id for seq in scheduler.running}),
-            num_requests_waiting=len({seq.request_id for seq in scheduler.waiting}),
-            kv_cache_usage=kv_cache.usage(), num_free_blocks=kv_cache.num_free_blocks,
-            num_usable_blocks=kv_cache.pool.num_usable_blocks, num_preemptions=scheduler.num_preemptions,
-            spec_num_draft_tokens=self._spec_retired[0], spec_num_accepted_tokens=self._spec_retired[1],
-            num_running_adapters=len({seq.adapter_id for seq in scheduler.running} - {0}))
+        self.stats = self.engine.stats()

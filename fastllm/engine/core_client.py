@@ -20,7 +20,8 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
-from fastllm.engine.async_llm import EngineDeadError, EngineStats
+from fastllm.engine.async_llm import EngineDeadError
+from fastllm.engine.stats import EngineStats
 from fastllm.engine.core_process import run_engine_core
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.llm_engine import load_model_files
