@@ -32,35 +32,60 @@ ENGINE_CALLS = frozenset({"add_adapter", "remove_adapter"})
 
 
 class Outbox:
-    """The iteration's deltas, sent as one message; ``send`` is safe from any thread."""
+    """The iteration's deltas, sent as one message by a thread of their own, so the engine never
+    waits on the pipe: a front end that reads slowly gets several iterations in one message."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
         self.llm: Optional[AsyncLLM] = None
         self._deltas: list[tuple] = []
-        self._lock = threading.Lock()
+        self._messages: list[tuple] = []  # other messages (results, dead, bye), after the deltas before them
+        self._state: tuple = ()  # (stats, pending requests, requests added) as of the last flush
         self._sent: tuple = ()
+        self._ready = threading.Condition()
         self.num_added = 0
+        threading.Thread(target=self._send_loop, name="fastllm-core-sender", daemon=True).start()
 
     def put(self, request_id: str, delta: tuple) -> None:
-        with self._lock:
+        with self._ready:
             self._deltas.append((request_id, delta))
 
     def flush(self) -> None:
-        """Send the deltas gathered since the last flush, with the stats when they changed."""
+        """Hand the deltas gathered since the last flush, with the current stats, to the sender."""
         llm = self.llm
         if llm is None:
             return
-        state = (llm.stats, llm.num_pending, self.num_added)
-        with self._lock:
-            deltas, self._deltas = self._deltas, []
-            if deltas or state != self._sent:
-                self._sent = state
-                self.conn.send(("out", deltas, *state))
+        with self._ready:
+            self._state = (llm.stats, llm.num_pending, self.num_added)
+            self._ready.notify()
 
     def send(self, message: tuple) -> None:
-        with self._lock:
-            self.conn.send(message)
+        """Send ``message`` after every delta put before it."""
+        with self._ready:
+            self._messages.append(message)
+            self._ready.notify()
+
+    def _next(self) -> tuple[Optional[tuple], list[tuple]]:
+        """Under the lock: the ``out`` message due (new deltas or changed stats), and the others."""
+        out = None
+        if self._state and (self._deltas or self._state != self._sent):
+            out = ("out", self._deltas, *self._state)
+            self._deltas, self._sent = [], self._state
+        messages, self._messages = self._messages, []
+        return out, messages
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._ready:
+                out, messages = self._next()
+                while out is None and not messages:
+                    self._ready.wait()
+                    out, messages = self._next()
+            try:
+                for message in ([out] if out else []) + messages:
+                    self.conn.send(message)
+            except OSError:  # the front end is gone; the main thread sees it too and stops the engine
+                return
 
 
 class RemoteStream:

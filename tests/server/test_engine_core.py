@@ -141,3 +141,14 @@ def test_deltas_rebuild_every_cumulative_output():
         assert previous is None or previous.outputs.token_ids != rebuilt.outputs.token_ids  # a new object each
         previous = rebuilt
     assert previous.outputs.finish_reason == "stop" and previous.metrics.arrival_time == 1.0
+
+
+def test_adapter_calls_cross_to_the_core_and_back(core):
+    from fastllm.adapters import LoRARequest
+
+    async def calls() -> None:
+        assert await core.remove_adapter(3) is False  # nothing loaded: the engine's own answer
+        with pytest.raises(RequestError, match="serves no adapters"):
+            await core.add_adapter(LoRARequest("a", 1, "/nonexistent"))
+
+    asyncio.run(calls())
