@@ -28,7 +28,6 @@ from fastllm.config import EngineConfig
 from fastllm.engine.fair_admission import FairAdmission
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
-from fastllm.engine.stats import EngineStats
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
