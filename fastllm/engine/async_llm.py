@@ -19,6 +19,7 @@ import queue
 import threading
 import time
 from collections import deque
+from contextlib import aclosing
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
@@ -42,6 +43,25 @@ def internal_error(request_id: str) -> RequestError:
     """What a client hears when its request failed inside the engine: a 500 naming only the request;
     the exception itself goes to the log, never to the client."""
     return RequestError(f"internal error while running request {request_id}; see the server log", code=500)
+
+
+async def queued_outputs(queue: asyncio.Queue, abort: Callable[[], None]) -> AsyncIterator[RequestOutput]:
+    """A request's outputs from its queue until it finishes (an exception put there is raised);
+    leaving early calls ``abort``. Outputs are cumulative, so a backlog skips to the newest."""
+    finished = False
+    try:
+        while not finished:
+            item = await queue.get()
+            while not queue.empty():
+                item = queue.get_nowait()
+            if isinstance(item, BaseException):
+                finished = True
+                raise item
+            finished = item.finished
+            yield item
+    finally:
+        if not finished:
+            abort()
 
 
 @dataclass
@@ -170,20 +190,9 @@ class AsyncLLM:
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         self.submit(_Add(request_id, prompt, prompt_token_ids, params, time.time(), chat_template_kwargs, stream,
                          lora_request, group, multimodal_data, multimodal))
-        finished = False
-        try:
-            while not finished:
-                item = await stream.queue.get()
-                while not stream.queue.empty():  # outputs are cumulative: skip to the newest
-                    item = stream.queue.get_nowait()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
-        finally:
-            if not finished:
-                self.abort(request_id)
+        async with aclosing(queued_outputs(stream.queue, lambda: self.abort(request_id))) as outputs:
+            async for output in outputs:
+                yield output
 
     def submit(self, item: _Add | _Call) -> None:
         """Hand a request (its outputs go to ``item.stream``) or a call to the engine thread."""

@@ -15,17 +15,18 @@ import logging
 import multiprocessing
 import threading
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
-from fastllm.engine.async_llm import EngineDeadError
-from fastllm.engine.stats import EngineStats
+from fastllm.engine.async_llm import EngineDeadError, queued_outputs
 from fastllm.engine.core_process import run_engine_core
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.llm_engine import load_model_files
 from fastllm.engine.output_deltas import DeltaDecoder, decode_error, is_last
+from fastllm.engine.stats import EngineStats
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -120,20 +121,9 @@ class EngineCoreClient:
                         lora_request, group, multimodal_data))
             self._streams[request_id] = stream
             self._num_added += 1
-        finished = False
-        try:
-            while not finished:
-                item = await stream.queue.get()
-                while not stream.queue.empty():  # outputs are cumulative: skip to the newest
-                    item = stream.queue.get_nowait()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
-        finally:
-            if not finished:
-                self.abort(request_id)
+        async with aclosing(queued_outputs(stream.queue, lambda: self.abort(request_id))) as outputs:
+            async for output in outputs:
+                yield output
 
     def abort(self, request_id: str) -> None:
         with self._lock:
