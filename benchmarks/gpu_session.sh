@@ -66,14 +66,22 @@ features)
   fi
   ;;
 serve)
-  # random Llama-3-8B-shaped weights over SmolLM2's vocabulary, so that the text has real tokens
-  $FASTLLM serve $MODEL --load-format dummy --dtype bfloat16 --tokenizer .gguf/smollm2-tokenizer --port 8011 \
-    --hf-overrides '{"vocab_size": 49152}' --max-model-len 2048 --disable-log-requests >"$OUT/server.txt" 2>&1 &
+  # random Llama-3-8B-shaped weights over SmolLM2's vocabulary, so that the text has real tokens;
+  # offline first, then the server on the same engine settings: rate inf on the same 500 prompts,
+  # then the serving table at 4, 8 and 16 req/s on RATE_PROMPTS prompts each
+  SERVE_ENGINE="$COMMON --tokenizer .gguf/smollm2-tokenizer --hf-overrides {\"vocab_size\":49152} --max-model-len 2048 \
+    --max-num-batched-tokens 8192"
+  step offline 150 $FASTLLM bench throughput $SERVE_ENGINE --num-prompts 500 --input-len 1024 --output-len 256 \
+    --range-ratio 0 --quiet --output-json "$OUT/offline.json"
+  $FASTLLM serve $SERVE_ENGINE --port 8011 --disable-log-requests >"$OUT/server.txt" 2>&1 &
   for _ in $(seq 120); do curl -sf localhost:8011/health >/dev/null && break; sleep 2; done
-  step serve 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --tokenizer .gguf/smollm2-tokenizer \
-    --num-prompts 500 --random-input-len 1024 --random-output-len 256 --ignore-eos --request-rate 16 \
-    --save-result --result-dir "$OUT" --result-filename serve_h100.json
-  curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve.txt"
+  for RATE in inf ${RATES:-4 8 16}; do
+    PROMPTS=${RATE_PROMPTS:-100}; [ "$RATE" = inf ] && PROMPTS=500
+    step serve_$RATE 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --tokenizer .gguf/smollm2-tokenizer \
+      --num-prompts $PROMPTS --random-input-len 1024 --random-output-len 256 --ignore-eos --request-rate $RATE \
+      --save-result --result-dir "$OUT" --result-filename serve_$RATE.json
+  done
+  curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve_inf.txt"
   kill %1
   ;;
 stash)  # nothing but the copy of a GGUF part above: the next call, on the warm machine, brings the other

@@ -121,40 +121,27 @@ class LLM:
         With ``tools`` and a tool parser (``tool_call_parser=`` or the one the matched template
         brings), the calls the model wrote move from ``text`` to ``CompletionOutput.tool_calls``.
         """
-        from fastllm.chat import render_chat, resolve_chat_template, split_tool_calls, tool_parser
+        from fastllm.chat import render_chat, split_tool_calls
+        from fastllm.chat.inputs import ChatInputs
         from fastllm.multimodal.chat import split_media
 
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        resolved = resolve_chat_template(self.tokenizer, self.config.model,
-                                         chat_template or self.config.chat_template)
+        chat = ChatInputs(self.tokenizer, self.config.model, chat_template or self.config.chat_template,
+                          self.config.tool_call_parser)
         conversations, media = zip(*map(split_media, conversations)) if conversations else ((), ())
-        prompts = [render_chat(self.tokenizer, resolved, conv, tools=tools,
+        prompts = [render_chat(self.tokenizer, chat.template, conv, tools=tools,
                                chat_template_kwargs=chat_template_kwargs) for conv in conversations]
-        parser_name = self.config.tool_call_parser or resolved.tool_call_parser
-        parser = tool_parser(parser_name, self.tokenizer) if tools and parser_name else None
-        update: dict[str, Any] = {}
-        if resolved.extra_stop_token_ids:
-            update["stop_token_ids"] = list(resolved.extra_stop_token_ids)
-        if parser is not None and parser.requires_special_tokens:
-            update["skip_special_tokens"] = False
-        params = [self._with_updates(p, update) for p in self._params_per_prompt(sampling_params, len(prompts))]
-        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"],
-                          "multimodal_data": m} for p, m in zip(prompts, media)]
+        parser = chat.tool_parser if tools else None
+        params = [chat.sampling_params(p if isinstance(p, SamplingParams) else SamplingParams(**p), chat.template,
+                                       parser is not None)
+                  for p in self._params_per_prompt(sampling_params, len(prompts))]
+        token_prompts = [{"prompt": p, "prompt_token_ids": chat.tokenize(p), "multimodal_data": m}
+                         for p, m in zip(prompts, media)]
         outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs,
                                 lora_request=lora_request)
         if parser is not None:
             split_tool_calls(outputs, parser)
         return outputs
-
-    @staticmethod
-    def _with_updates(params: ParamsType, update: dict[str, Any]) -> ParamsType:
-        """``params`` with ``update`` applied; extra ``stop_token_ids`` add to the request's own."""
-        if not update:
-            return params
-        if isinstance(params, dict):
-            params = SamplingParams(**params)
-        extra = update.get("stop_token_ids", [])
-        return params.model_copy(update={**update, "stop_token_ids": list(params.stop_token_ids) + extra})
 
     @classmethod
     def _params_per_prompt(cls, params: Any, count: int) -> list[ParamsType]:

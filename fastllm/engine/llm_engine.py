@@ -19,6 +19,7 @@ from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.pending_step import PendingStep
 from fastllm.engine.scheduler import ScheduledSequence, Scheduler
+from fastllm.engine.stats import EngineStats
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
@@ -105,6 +106,7 @@ class LLMEngine:
         self.overlap = self._overlap_steps()
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
+        self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
         self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
                                      if config.reasoning_parser else None)
 
@@ -273,6 +275,17 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def stats(self) -> EngineStats:
+        """The scheduler's, the KV cache's and the speculator's counts, for metrics."""
+        scheduler, kv_cache = self.scheduler, self.kv_cache
+        return EngineStats(
+            num_requests_running=len({seq.request_id for seq in scheduler.running}),
+            num_requests_waiting=len({seq.request_id for seq in scheduler.waiting}),
+            kv_cache_usage=kv_cache.usage(), num_free_blocks=kv_cache.num_free_blocks,
+            num_usable_blocks=kv_cache.pool.num_usable_blocks, num_preemptions=scheduler.num_preemptions,
+            spec_num_draft_tokens=self.num_draft_tokens, spec_num_accepted_tokens=self.num_accepted_tokens,
+            num_running_adapters=len({seq.adapter_id for seq in scheduler.running} - {0}))
+
     def _release(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
         if self.speculator is not None:
@@ -403,6 +416,8 @@ class LLMEngine:
             metrics.num_draft_tokens += item.num_draft_tokens
             metrics.num_accepted_tokens += result.num_accepted_drafts
             metrics.num_spec_steps += item.num_draft_tokens > 0
+            self.num_draft_tokens += item.num_draft_tokens
+            self.num_accepted_tokens += result.num_accepted_drafts
             self.speculator.on_step(seq, item.num_draft_tokens, result.num_accepted_drafts)
         if seq.is_finished:
             self._release(seq)

@@ -114,7 +114,7 @@ def lora_modules(specs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastllm.engine.async_llm import AsyncLLM
+    from fastllm.engine.core_client import EngineCoreClient
     from fastllm.entrypoints.openai.api_server import build_app, run_server
 
     args.model = args.model or args.model_option
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     engine_config = engine_config_from_args(args, **({"enable_lora": True} if runtime_lora else {}))
     check_plugins(engine_config)
     server_config = server_config_from_args(args, engine_config)
-    engine = AsyncLLM(engine_config, request_window=args.request_window)
+    engine = EngineCoreClient(engine_config, request_window=args.request_window)
     try:
         run_server(build_app(engine, server_config), args.host, args.port, server_config.shutdown_timeout,
                    args.uvicorn_log_level)
