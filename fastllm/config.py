@@ -26,6 +26,8 @@ class EngineConfig(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)  # layers split over stages of tensor_parallel_size ranks each
     data_parallel_size: int = Field(1, ge=1)  # engine replicas, each on its own devices
+    distributed_executor_backend: Literal["mp", "ray"] = "mp"  # ranks 1..N-1: local processes or Ray actors
+    enable_expert_parallel: bool = False  # MoE experts placed whole over the tensor-parallel ranks, not sliced
     block_size: int = Field(64, gt=0)
     max_num_seqs: int = Field(256, ge=1)
     max_num_batched_tokens: Optional[int] = Field(None, gt=0)

@@ -52,6 +52,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=None)
+    parser.add_argument("--enable-expert-parallel", action="store_true", default=None,
+                        help="place MoE experts whole over the tensor-parallel ranks instead of slicing each")
+    parser.add_argument("--distributed-executor-backend", default=None, choices=["mp", "ray"],
+                        help="start ranks 1..N-1 as local processes (mp, default) or as actors of a Ray cluster "
+                             "(ray: RAY_ADDRESS, else a local one; pip install fastllm[ray])")
     parser.add_argument("--block-size", type=int, default=None, help="tokens per KV block (default 64)")
     parser.add_argument("--max-num-seqs", type=int, default=None, help="sequences per step (default 256)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
