@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -33,6 +34,9 @@ class SymmetricAllReduce:
 
         self.one_shot_max_bytes, self.max_bytes = one_shot_max_bytes, max_bytes
         self.group_name, self.alignment = group.group_name, 16 * group.size()  # two-shot splits 16-byte units
+        with warnings.catch_warnings():  # needed before torch 2.10 or so, deprecated (and harmless) after
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(self.group_name)
         self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
         symm_mem.rendezvous(self.buffer, group)  # collective: every rank of the group allocates alike
 
