@@ -164,6 +164,8 @@ class RayWorkerGroup(WorkerGroup):
     def shutdown(self) -> None:
         """The workers' loops end as on one host; then their actors and the reservation go."""
         super().shutdown()
+        if not ray.is_initialized():  # at exit Ray may have gone first, and took them along
+            return
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.placement.release()

@@ -85,6 +85,7 @@ def test_killed_rank_actor_fails_the_step_and_the_process_exits(two_nodes, tiny_
     child = subprocess.run([sys.executable, "-c", KILL_MID_REQUEST, tiny_llama_dir], capture_output=True, text=True,
                            timeout=EXIT_TIMEOUT_S, env={**os.environ, "RAY_ADDRESS": two_nodes.address})
     assert child.returncode == 0, child.stderr[-3000:]
+    assert "Traceback" not in child.stderr, child.stderr[-3000:]  # nothing failed on the way out
     assert "WorkerError: fastllm-tp-rank1 (Ray actor on" in child.stdout, child.stdout
     assert "exited with code 1" in child.stdout
     assert _all_cpus_free_within(RELEASE_TIMEOUT_S)
