@@ -38,7 +38,7 @@ class SymmetricAllReduce:
             warnings.simplefilter("ignore", FutureWarning)
             symm_mem.enable_symm_mem_for_group(self.group_name)
         self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
-        symm_mem.rendezvous(self.buffer, group)  # collective: every rank of the group allocates alike
+        symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank of the group allocates alike
 
     def fits(self, x: torch.Tensor) -> bool:
         nbytes = x.numel() * x.element_size()
@@ -64,6 +64,6 @@ def symmetric_all_reduce(group: Optional[dist.ProcessGroup], device: torch.devic
         return None
     try:
         return SymmetricAllReduce(group or dist.group.WORLD, device)
-    except (RuntimeError, AttributeError) as exc:  # no peer access, or a torch without the ops
+    except Exception as exc:  # no peer access, or a torch without the ops: best effort, said once
         logger.warning("symmetric-memory all-reduce unavailable (%s); NCCL does every all-reduce", exc)
         return None
