@@ -164,13 +164,13 @@ tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, 
   step latency_tp2 60 $FASTLLM $LAT -tp 2 --tp-cuda-graphs --output-json "$OUT/latency_tp2.json"
   step throughput_tp1 50 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
   step throughput_tp2 55 $FASTLLM $TPUT -tp 2 --tp-cuda-graphs --output-json "$OUT/throughput_tp2.json"
+  step moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
+  step moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
+  step throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
+  step latency_tp2_nccl 60 env FASTLLM_SYMM_MEM_ALL_REDUCE=0 $FASTLLM $LAT -tp 2 --tp-cuda-graphs
   # greedy EP=2 = HF on CUDA: the symmetric all-reduce, the expert placement and the Triton experts together
   TAIL=6 step ep2_equality 60 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
     tests/distributed/test_expert_parallel.py
-  step moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
-  step moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
-  step latency_tp2_nccl 60 env FASTLLM_SYMM_MEM_ALL_REDUCE=0 $FASTLLM $LAT -tp 2 --tp-cuda-graphs
-  step throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
   ;;
 esac
 done
