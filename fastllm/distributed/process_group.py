@@ -16,8 +16,9 @@ import torch.distributed as dist
 from fastllm.distributed.parallel_state import reset_layout, set_fast_all_reduce, set_layout, tp_group
 from fastllm.distributed.symmetric_all_reduce import symmetric_all_reduce
 
-# NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off.
-NCCL_ENV = {"NCCL_NVLS_ENABLE": "0"}
+# NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
+# in NCCL and in the symmetric memory of the small all-reduce (whose rendezvous would map it).
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
 def free_tcp_port() -> int:
