@@ -3,7 +3,8 @@
 Each node offers one CPU and each rank takes one, so TP=2 puts its ranks on different nodes:
 the result must be TP=1's greedy tokens. A rank actor killed mid-request fails the engine's
 next step with WorkerError, and the process then exits by itself, leaving the cluster's
-resources as it found them (no actor or placement group outlives it).
+resources as it found them (no actor or placement group outlives it); so does losing the node
+that holds rank 1.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group_table
 
 from fastllm import SamplingParams
+from fastllm.executor import WorkerError
 from tests.distributed.test_tensor_parallel import TINY_PROMPTS, _generate, _tiny, assert_same_outputs
 
 EXIT_TIMEOUT_S = 120
@@ -100,3 +102,23 @@ def _all_cpus_free_within(seconds: float) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def test_lost_node_fails_the_step(two_nodes, tiny_llama_dir):
+    """The node holding rank 1 goes away mid-request (its raylet and workers die with it)."""
+    llm = _tiny(tiny_llama_dir, 2, distributed_executor_backend="ray")
+    engine = llm.engine
+    placement = engine.runner.workers.placement
+    lost = next(node for node in two_nodes.list_all_nodes() if node.node_id == placement.nodes[1])
+    try:
+        engine.add_request("0", None, TINY_PROMPTS[2], SamplingParams(max_tokens=64))
+        engine.step()
+        two_nodes.remove_node(lost)
+        with pytest.raises(WorkerError, match="fastllm-tp-rank1 .* exited with code 1"):
+            while engine.has_unfinished_requests():
+                engine.step()
+    finally:
+        llm.shutdown()
+        if lost not in two_nodes.list_all_nodes():
+            two_nodes.add_node(num_cpus=1)  # the cluster of two nodes, for any test after this one
+    assert not dist.is_initialized()
