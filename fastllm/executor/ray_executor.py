@@ -12,6 +12,7 @@ fails the engine's next call with WorkerError, as a dead worker process does.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import secrets
@@ -67,6 +68,9 @@ def place_ranks(world: int, device_type: str) -> Placement:
     resource = "CPU" if device_type == "cpu" else "GPU"
     here = ray.get_runtime_context().get_node_id()
     room = {node["NodeID"]: node["Resources"].get(resource, 0) for node in ray.nodes() if node["Alive"]}
+    if sum(room.values()) < world:
+        raise ValueError(f"tensor_parallel_size x pipeline_parallel_size={world} needs {world} {resource}s (one per "
+                         f"rank); the Ray cluster has {sum(room.values()):g}")
     bundles = [{resource: 1.0} for _ in range(world)]
     strategy = "STRICT_PACK" if room.get(here, 0) >= world else "PACK"
     group = placement_group(bundles, strategy=strategy, name=f"fastllm-{secrets.token_hex(4)}")
@@ -173,6 +177,11 @@ class RayWorkerGroup(WorkerGroup):
 
 class RayExecutor(MultiprocExecutor):
     """``MultiprocExecutor`` with ranks 1..N-1 as Ray actors; this process stays rank 0."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        # at exit, before Ray's own exit hook (registered earlier) kills the actors mid-loop
+        atexit.register(self._finalizer)
 
     def _start_workers(self, hf_config: Any, loader: Any, dtype: torch.dtype) -> WorkerGroup:
         connect()
