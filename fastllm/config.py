@@ -39,7 +39,7 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
-    tp_cuda_graphs: bool = False  # CUDA graphs under tensor parallelism (opt-in: see benchmarks/RESULTS.md)
+    tp_cuda_graphs: bool = True  # CUDA graphs under tensor parallelism too (enforce_eager turns all off)
     async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA)
     quantization: Optional[str] = None
     quantize_lm_head: bool = False  # the LM head in weight-only int8 (fastllm.quantization.lm_head)

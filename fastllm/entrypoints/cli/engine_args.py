@@ -66,8 +66,9 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--enable-chunked-prefill", nargs="?", const=True, default=None, type=env_bool,
                         help="on by default; '--enable-chunked-prefill false' turns it off")
     parser.add_argument("--enforce-eager", action="store_true", default=None)
-    parser.add_argument("--tp-cuda-graphs", action="store_true", default=None,
-                        help="capture CUDA graphs under tensor parallelism too (faster decode; opt-in)")
+    parser.add_argument("--tp-cuda-graphs", nargs="?", const=True, default=None, type=env_bool,
+                        help="capture CUDA graphs under tensor parallelism too (default on); "
+                             "'--tp-cuda-graphs false' turns it off")
     parser.add_argument("--async-scheduling", nargs="?", const=True, default=None, type=env_bool,
                         help="queue each step before reading the last one's tokens (default: on CUDA); "
                              "'--async-scheduling false' turns it off")
