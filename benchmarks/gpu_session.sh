@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moequant, moethroughput, multimodal, parallel)
+#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -177,6 +177,25 @@ parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 d
   step throughput_tp1 90 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
   step throughput_dp2 90 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
   step throughput_pp2 90 $FASTLLM $TPUT -pp 2 --output-json "$OUT/throughput_pp2.json"
+  ;;
+tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, batch-1 and offline TP=2
+  # (graphs on, symmetric-memory all-reduce) against TP=1, an MoE at EP=2 and TP=2, then DP=2
+  LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 --max-num-seqs 16"
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-200} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  MOE="bench latency --model ${MOE_MODEL:-qwen3-30b-a3b} --load-format dummy --dtype bfloat16 --batch-size 1 \
+    --input-len 128 --output-len 128 --num-iters 2 --max-num-seqs 16 -tp 2 --tp-cuda-graphs"
+  step all_reduce 40 $PY benchmarks/all_reduce.py --world-size 2 --output-json "$OUT/all_reduce.json"
+  step latency_tp1 50 $FASTLLM $LAT --output-json "$OUT/latency_tp1.json"
+  step latency_tp2 60 $FASTLLM $LAT -tp 2 --tp-cuda-graphs --output-json "$OUT/latency_tp2.json"
+  step throughput_tp1 50 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
+  step throughput_tp2 55 $FASTLLM $TPUT -tp 2 --tp-cuda-graphs --output-json "$OUT/throughput_tp2.json"
+  step moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
+  step moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
+  step throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
+  step latency_tp2_nccl 60 env FASTLLM_SYMM_MEM_ALL_REDUCE=0 $FASTLLM $LAT -tp 2 --tp-cuda-graphs
+  # greedy EP=2 = HF on CUDA: the symmetric all-reduce, the expert placement and the Triton experts together
+  TAIL=6 step ep2_equality 60 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
+    tests/distributed/test_expert_parallel.py
   ;;
 esac
 done

@@ -55,16 +55,10 @@ class MultiprocExecutor:
 
     def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
                  dtype: torch.dtype, structured_output: Any = None):
-        world = config.tensor_parallel_size * config.pipeline_parallel_size
         _check_heads(hf_config, config.tensor_parallel_size)
-        _check_device_count(platform.device, world)
-        init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
-        specs = [WorkerSpec(rank, world, init_method, platform.dist_backend, platform.name,
-                            platform.device.type, config, hf_config, loader, dtype)
-                 for rank in range(1, world)]
         self.platform, self.config = platform, config
         self.overlaps_steps = platform.overlaps_steps  # sampled tokens reach workers device to device
-        self.workers = WorkerGroup(specs, platform.device)
+        self.workers = self._start_workers(hf_config, loader, dtype)
         self._runners: list[ModelRunner] = []  # filled once built: the finalizer must not hold self
         self._finalizer = weakref.finalize(self, _shut_down, self.workers, self._runners)
         try:
@@ -76,6 +70,20 @@ class MultiprocExecutor:
         except BaseException:
             self.shutdown()
             raise
+
+    def _start_workers(self, hf_config: Any, loader: Any, dtype: torch.dtype) -> WorkerGroup:
+        """Ranks 1..N-1 as processes of this host; rank ``r`` uses device ``r``."""
+        world = self.config.tensor_parallel_size * self.config.pipeline_parallel_size
+        _check_device_count(self.platform.device, world)
+        return WorkerGroup(self._worker_specs(f"tcp://127.0.0.1:{free_tcp_port()}", hf_config, loader, dtype),
+                           self.platform.device)
+
+    def _worker_specs(self, init_method: str, hf_config: Any, loader: Any, dtype: torch.dtype,
+                      device_index: Optional[int] = None) -> list[WorkerSpec]:
+        world = self.config.tensor_parallel_size * self.config.pipeline_parallel_size
+        return [WorkerSpec(rank, world, init_method, self.platform.dist_backend, self.platform.name,
+                           self.platform.device.type, self.config, hf_config, loader, dtype, device_index)
+                for rank in range(1, world)]
 
     def launch(self, scheduled: list[ScheduledSequence],
                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:

@@ -40,6 +40,7 @@ class WorkerSpec:
     hf_config: Any
     loader: Any
     dtype: torch.dtype
+    device_index: Optional[int] = None  # None: the rank (every rank on this host)
 
 
 class Worker:
@@ -47,11 +48,12 @@ class Worker:
 
     def __init__(self, spec: WorkerSpec):
         if spec.device_type != "cpu":
-            torch.get_device_module(spec.device_type).set_device(spec.rank)  # rank r uses device r
+            torch.get_device_module(spec.device_type).set_device(
+                spec.rank if spec.device_index is None else spec.device_index)
         self.platform = registry.get("platforms", spec.platform_name)()
         self.config = spec.config
         init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device,
-                             spec.config.pipeline_parallel_size)
+                             spec.config.pipeline_parallel_size, spec.config.enable_expert_parallel)
         self.runner = ModelRunner(spec.config, spec.hf_config, self.platform, spec.loader, spec.dtype)
         self.hidden: Optional[torch.Tensor] = None
 

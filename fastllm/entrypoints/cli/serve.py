@@ -25,8 +25,6 @@ logger = logging.getLogger("fastllm")
 # dest -> (is the value something we cannot do?, why)
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "num_scheduler_steps": (lambda v: v not in (None, 1), "multi-step scheduling is not supported"),
-    "distributed_executor_backend": (lambda v: v not in (None, "mp"),
-                                     "only the 'mp' executor backend is available"),
     "max_seq_len_to_capture": (lambda v: v is not None, "CUDA-graph capture length is not configurable"),
     "scheduler_delay_factor": (lambda v: v not in (None, 0.0), "a scheduler delay is not supported"),
     "tokenizer_extension_path": (lambda v: v is not None, "tokenizer extensions are not supported"),
@@ -181,7 +179,6 @@ def _add_unsupported_args(parser: argparse.ArgumentParser) -> None:
     """Flags of 003's table that fastllm refuses: parsed only so that ``check_flags`` can explain."""
     group = parser.add_argument_group("not supported (refused at start)")
     group.add_argument("--num-scheduler-steps", type=int, default=None)
-    group.add_argument("--distributed-executor-backend", default=None)
     group.add_argument("--max-seq-len-to-capture", type=int, default=None)
     group.add_argument("--scheduler-delay-factor", type=float, default=None)
     group.add_argument("--tokenizer-extension-path", default=None)
