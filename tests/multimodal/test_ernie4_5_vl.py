@@ -30,7 +30,8 @@ CHAT_TEMPLATE = (
     "{% if message['role'] == 'user' %}User: {% else %}Assistant: {% endif %}"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}{% set pictures.n = pictures.n + 1 %}Picture {{ pictures.n }}:" + IMAGE +
-    "{% elif part['type'] == 'video' %}Video:" + VIDEO + "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n{% endfor %}"
+    "{% elif part['type'] == 'video' %}Video:" + VIDEO +
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant: {% if enable_thinking is defined and not enable_thinking %}"
     "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}")
 
@@ -213,6 +214,9 @@ def test_video_matches_hf(checkpoint):
         image_grid_thw=torch.tensor([mm.items[1].grid_thw]), video_grid_thw=torch.tensor([grid]))
     assert torch.equal(positions[:, 0], mm.positions) and int(delta) == mm.position_delta
     assert outs[1].error_code == 400 and "frames" in outs[1].error_msg
+    long_video = np.zeros((200, 28, 28, 3), dtype=np.uint8)  # past max_frames: sampled evenly to 180
+    _, sampled = llm.engine.multimodal.process(tokenizer("clip " + VIDEO)["input_ids"], {"video": [long_video]})
+    assert sampled.items[0].grid_thw[0] == 180
 
     gif = clip(2, 56, 56, 30)
     messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": gif_data_url(gif)}},
