@@ -228,3 +228,21 @@ def test_video_matches_hf(checkpoint):
     expected = hf_reference(llm, hf, tokenizer(out.prompt, add_special_tokens=False)["input_ids"], [],
                             videos=[decoded])
     assert out.outputs.token_ids == expected
+
+
+def test_video_settings_and_font_from_checkpoint(checkpoint, tmp_path):
+    """The nested processor_config.json's video settings win, and its font file is used when present."""
+    import json
+
+    from PIL import ImageFont
+
+    from fastllm.multimodal.ernie4_5_vl import Ernie4_5_VLProcessor
+
+    path, hf, tokenizer = checkpoint
+    (tmp_path / "stamp.ttf").write_bytes(ImageFont.load_default(10).font_bytes)
+    (tmp_path / "processor_config.json").write_text(json.dumps({"video_processor": {
+        "font": "stamp.ttf", "max_frames": 4, "size": {"shortest_edge": 28 * 28, "longest_edge": 28 * 28 * 4}}}))
+    processor = Ernie4_5_VLProcessor(hf.config, tokenizer, str(tmp_path))
+    assert processor.font_path == str(tmp_path / "stamp.ttf") and processor.max_frames == 4
+    _, mm = processor.process(tokenizer("clip " + VIDEO)["input_ids"], {"video": [clip(6, 56, 56, 40)]})
+    assert mm.items[0].grid_thw == (4, 4, 4)
