@@ -4,6 +4,10 @@ thinking chat template through reasoning_parser="ernie-45-vl"."""
 
 from __future__ import annotations
 
+import base64
+import io
+
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -11,18 +15,22 @@ from PIL import Image
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.gguf_loader import GGUFLoader
 from fastllm.model_loader.resolve import embedded_model_path
+from fastllm.multimodal.ernie4_5_vl import stamp_frame, timestamp_text
+from fastllm.multimodal.media import MAX_VIDEO_FRAMES, load_video
 from tests.multimodal.tiny_vl import data_url, image
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 VISION_TOKENS = ["<|IMAGE_START|>", "<|IMAGE_END|>", "<|image@placeholder|>",
                  "<|VIDEO_START|>", "<|VIDEO_END|>", "<|video@placeholder|>"]
 IMAGE = "<|IMAGE_START|><|image@placeholder|><|IMAGE_END|>"
+VIDEO = "<|VIDEO_START|><|video@placeholder|><|VIDEO_END|>"
 # ERNIE-4.5-VL's chat template, shortened: numbered pictures, and a thought opened for the answer
 CHAT_TEMPLATE = (
     "{% set pictures = namespace(n=0) %}{% for message in messages %}"
     "{% if message['role'] == 'user' %}User: {% else %}Assistant: {% endif %}"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}{% set pictures.n = pictures.n + 1 %}Picture {{ pictures.n }}:" + IMAGE +
+    "{% elif part['type'] == 'video' %}Video:" + VIDEO +
     "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant: {% if enable_thinking is defined and not enable_thinking %}"
     "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}")
@@ -67,22 +75,29 @@ def checkpoint(tmp_path_factory):
 
 
 def hf_greedy(model, token_ids: list[int], items: list, max_new_tokens: int) -> list[int]:
-    """HF's greedy continuation of an expanded prompt with the images fastllm's processor made."""
+    """HF's greedy continuation of an expanded prompt with the images and videos fastllm's processor made."""
     config = model.config
-    markers = (config.image_token_id, config.image_start_token_id, config.image_end_token_id)
-    kwargs = {"mm_token_type_ids": torch.tensor([[int(t == config.image_token_id) for t in token_ids]]),
-              "moe_mm_token_type_ids": torch.tensor([[int(t in markers) for t in token_ids]])}
-    if items:
-        kwargs["pixel_values"] = torch.cat([i.pixel_values for i in items])
-        kwargs["image_grid_thw"] = torch.tensor([i.grid_thw for i in items])
+    kinds = {config.image_token_id: 1, config.video_token_id: 2}
+    markers = {**kinds, config.image_start_token_id: 1, config.image_end_token_id: 1,
+               config.video_start_token_id: 2, config.video_end_token_id: 2}
+    kwargs = {"mm_token_type_ids": torch.tensor([[kinds.get(t, 0) for t in token_ids]]),
+              "moe_mm_token_type_ids": torch.tensor([[markers.get(t, 0) for t in token_ids]])}
+    for modality, pixels, grid in (("image", "pixel_values", "image_grid_thw"),
+                                   ("video", "pixel_values_videos", "video_grid_thw")):
+        chosen = [i for i in items if i.modality == modality]
+        if chosen:
+            kwargs[pixels] = torch.cat([i.pixel_values for i in chosen])
+            kwargs[grid] = torch.tensor([i.grid_thw for i in chosen])
     with torch.inference_mode():
         out = model.generate(torch.tensor([token_ids]), max_new_tokens=max_new_tokens, do_sample=False,
                              pad_token_id=0, **kwargs)
     return out[0, len(token_ids):].tolist()
 
 
-def hf_reference(llm: LLM, hf, token_ids: list[int], images: list, max_new_tokens: int = GREEDY.max_tokens):
-    ids, mm = llm.engine.multimodal.process(token_ids, {"image": [Image.fromarray(i) for i in images]})
+def hf_reference(llm: LLM, hf, token_ids: list[int], images: list, max_new_tokens: int = GREEDY.max_tokens,
+                 videos: list = ()):
+    media = {"image": [Image.fromarray(i) for i in images], "video": list(videos)}
+    ids, mm = llm.engine.multimodal.process(token_ids, media)
     return hf_greedy(hf, ids, list(mm.items), max_new_tokens)
 
 
@@ -100,10 +115,6 @@ def test_greedy_matches_hf(checkpoint):
         assert out.error_code == 200, out.error_msg
         assert out.outputs.token_ids == hf_reference(llm, hf, tokenizer(prompt)["input_ids"], images)
     assert outs[-1].outputs.token_ids == hf_greedy(hf, tokenizer("plain text")["input_ids"], [], 6)
-    video = llm.generate({"prompt": "clip <|video@placeholder|>",
-                          "multimodal_data": {"video": [image(28, 28, 3)[None].repeat(2, axis=0)]}},
-                         GREEDY, use_tqdm=False)[0]
-    assert video.error_code == 400 and "no video" in video.error_msg
 
 
 def test_prefix_cache_keys_blocks_by_image(checkpoint):
@@ -157,3 +168,81 @@ def test_bundled_config_builds_the_published_size():
     count = sum(p.numel() for p in model.parameters())
     assert count == sum(p.numel() for p in hf.parameters())
     assert count / 1e9 == pytest.approx(29.4, abs=0.05)
+
+
+def clip(frames: int, width: int, height: int, seed: int) -> np.ndarray:
+    return np.stack([image(width, height, seed + i) for i in range(frames)])
+
+
+def gif_data_url(frames: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    first, *rest = [Image.fromarray(f) for f in frames]
+    first.save(buffer, format="GIF", save_all=True, append_images=rest, duration=500, loop=0)
+    return "data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_timestamp_drawn_on_frame_corner():
+    assert timestamp_text(3725.5) == "time: 01:02:05.50"
+    frame = np.full((120, 160, 3), 128, dtype=np.uint8)
+    stamped = stamp_frame(frame, 1.5, None)
+    corner = stamped[:12, :80]
+    assert (corner == 0).all(-1).any() and (corner == 255).all(-1).any()  # black text, white outline
+    assert (stamped[40:] == 128).all()  # nothing below the text line
+
+
+def test_video_matches_hf(checkpoint):
+    """A three-frame video (padded to four, two placeholder steps) beside an image, offline and as a
+    chat ``video_url`` part; a video past the frame limit fails its request only."""
+    path, hf, tokenizer = checkpoint
+    llm = LLM(path, max_model_len=512, num_gpu_blocks_override=64, block_size=16, max_num_batched_tokens=32)
+    prompt = "clip " + VIDEO + " and " + IMAGE + " what?"
+    video, picture = clip(3, 84, 56, 10), image(56, 56, 20)
+    too_long = np.zeros((MAX_VIDEO_FRAMES + 1, 28, 28, 3), dtype=np.uint8)
+    outs = llm.generate([{"prompt": prompt, "multimodal_data": {"video": [video], "image": [picture]}},
+                         {"prompt": "clip " + VIDEO, "multimodal_data": {"video": [too_long]}}],
+                        GREEDY, use_tqdm=False)
+    assert outs[0].error_code == 200, outs[0].error_msg
+    ids, mm = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"],
+                                            {"video": [video], "image": [Image.fromarray(picture)]})
+    grid = mm.items[0].grid_thw
+    assert grid[0] == 4 and mm.items[0].length == 2 * grid[1] * grid[2] // 4
+    assert outs[0].outputs.token_ids == hf_greedy(hf, ids, list(mm.items), GREEDY.max_tokens)
+    # the time axis turns only the slowest frequencies: compare the positions themselves
+    kinds = {hf.config.image_token_id: 1, hf.config.video_token_id: 2}
+    positions, delta = hf.model.get_rope_index(
+        torch.tensor([ids]), torch.tensor([[kinds.get(t, 0) for t in ids]]),
+        image_grid_thw=torch.tensor([mm.items[1].grid_thw]), video_grid_thw=torch.tensor([grid]))
+    assert torch.equal(positions[:, 0], mm.positions) and int(delta) == mm.position_delta
+    assert outs[1].error_code == 400 and "frames" in outs[1].error_msg
+    long_video = np.zeros((200, 28, 28, 3), dtype=np.uint8)  # past max_frames: sampled evenly to 180
+    _, sampled = llm.engine.multimodal.process(tokenizer("clip " + VIDEO)["input_ids"], {"video": [long_video]})
+    assert sampled.items[0].grid_thw[0] == 180
+
+    gif = clip(2, 56, 56, 30)
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": gif_data_url(gif)}},
+                                             {"type": "text", "text": "What happens?"}]}]
+    out = llm.chat(messages, GREEDY, use_tqdm=False)[0]
+    assert out.error_code == 200, out.error_msg
+    decoded = load_video(gif_data_url(gif))
+    assert len(decoded) == 2
+    expected = hf_reference(llm, hf, tokenizer(out.prompt, add_special_tokens=False)["input_ids"], [],
+                            videos=[decoded])
+    assert out.outputs.token_ids == expected
+
+
+def test_video_settings_and_font_from_checkpoint(checkpoint, tmp_path):
+    """The nested processor_config.json's video settings win, and its font file is used when present."""
+    import json
+
+    from PIL import ImageFont
+
+    from fastllm.multimodal.ernie4_5_vl import Ernie4_5_VLProcessor
+
+    path, hf, tokenizer = checkpoint
+    (tmp_path / "stamp.ttf").write_bytes(ImageFont.load_default(10).font_bytes)
+    (tmp_path / "processor_config.json").write_text(json.dumps({"video_processor": {
+        "font": "stamp.ttf", "max_frames": 4, "size": {"shortest_edge": 28 * 28, "longest_edge": 28 * 28 * 4}}}))
+    processor = Ernie4_5_VLProcessor(hf.config, tokenizer, str(tmp_path))
+    assert processor.font_path == str(tmp_path / "stamp.ttf") and processor.max_frames == 4
+    _, mm = processor.process(tokenizer("clip " + VIDEO)["input_ids"], {"video": [clip(6, 56, 56, 40)]})
+    assert mm.items[0].grid_thw == (4, 4, 4)
