@@ -52,7 +52,7 @@ def test_an_engine_that_cannot_recover_stops_and_calls_on_dead(tiny_llama_dir):
     def broken(*args, **kwargs):
         raise IndexError(SECRET)
 
-    engine.engine.runner.launch = broken
+    engine.engine.runner.execute_model = broken
     engine.engine.abort_request = broken
 
     async def run() -> None:
