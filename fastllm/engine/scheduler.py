@@ -111,13 +111,12 @@ class Scheduler:
 
     def _runner_view(self, scheduled: list[ScheduledSequence]) -> SchedulerOutput:
         """The step as plain data: sequences new to the runner in full, the others as changes."""
-        out = SchedulerOutput(preempted_seq_ids=self._preempted_ids, finished_seq_ids=self._finished_ids)
+        seqs = [item.seq for item in scheduled]
+        out = SchedulerOutput([seq.seq_id for seq in seqs], [item.num_new_tokens for item in scheduled],
+                              [seq.num_computed_tokens for seq in seqs], preempted_seq_ids=self._preempted_ids,
+                              finished_seq_ids=self._finished_ids)
         self._preempted_ids, self._finished_ids = [], []
-        for item in scheduled:
-            seq = item.seq
-            out.seq_ids.append(seq.seq_id)
-            out.num_scheduled_tokens.append(item.num_new_tokens)
-            out.num_computed_tokens.append(seq.num_computed_tokens)
+        for item, seq in zip(scheduled, seqs):
             if not seq.in_runner:
                 seq.in_runner = True
                 out.new_seqs.append(NewSequence(seq.seq_id, seq.request_id, seq.index, seq.prompt_token_ids,

@@ -14,7 +14,7 @@ from fastllm.sampling_params import SamplingParams
 from fastllm.worker.scheduler_output import NewSequence, SchedulerOutput
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SequenceState:
     """What the runner keeps of one sequence between steps (vLLM's CachedRequestState).
 
@@ -70,7 +70,7 @@ class SequenceState:
         return self.prompt_token_ids[start:] + self.output_token_ids[:end - n]
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledRow:
     """``num_new_tokens`` tokens of ``seq`` go through the model this step, its drafts last."""
 
@@ -103,13 +103,13 @@ class InputBatch:
         for seq_id, block_ids in out.new_block_ids.items():
             seqs[seq_id].block_ids += block_ids
         rows = []
-        drafts = out.draft_token_ids
+        append, drafts = rows.append, out.draft_token_ids
         for seq_id, num_new, num_computed in zip(out.seq_ids, out.num_scheduled_tokens, out.num_computed_tokens):
             seq = seqs[seq_id]
             seq.num_computed_tokens = num_computed
-            row = ScheduledRow(seq, num_new, drafts[seq_id]) if seq_id in drafts else ScheduledRow(seq, num_new)
-            row.samples = num_computed + num_new - row.num_draft_tokens >= seq.num_tokens + seq.num_pending_tokens
-            rows.append(row)
+            draft = drafts.get(seq_id, []) if drafts else []
+            known = len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens
+            append(ScheduledRow(seq, num_new, draft, num_computed + num_new - len(draft) >= known))
         return rows
 
 
