@@ -62,9 +62,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
-        # what the runner must forget, held until a step carries it there
-        self._preempted_ids: list[int] = []
-        self._finished_ids: list[int] = []
+        self._finished_ids: list[int] = []  # for the runner to forget, held until a step carries them
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -113,15 +111,16 @@ class Scheduler:
         """The step as plain data: sequences new to the runner in full, the others as changes."""
         seqs = [item.seq for item in scheduled]
         out = SchedulerOutput([seq.seq_id for seq in seqs], [item.num_new_tokens for item in scheduled],
-                              [seq.num_computed_tokens for seq in seqs], preempted_seq_ids=self._preempted_ids,
-                              finished_seq_ids=self._finished_ids)
-        self._preempted_ids, self._finished_ids = [], []
+                              [seq.num_computed_tokens for seq in seqs], finished_seq_ids=self._finished_ids)
+        self._finished_ids = []
         for item, seq in zip(scheduled, seqs):
             if not seq.in_runner:
                 seq.in_runner = True
                 out.new_seqs.append(NewSequence(seq.seq_id, seq.request_id, seq.index, seq.prompt_token_ids,
                                                 seq.sampling_params, seq.seed, seq.eos_token_ids,
                                                 seq.bad_words_token_ids, seq.adapter_id, seq.multimodal))
+            elif not seq.num_runner_blocks:  # preempted since the runner last saw it
+                out.resumed_seq_ids.append(seq.seq_id)
             if len(seq.block_table) != seq.num_runner_blocks:
                 out.new_block_ids[seq.seq_id] = seq.block_table[seq.num_runner_blocks:]
                 seq.num_runner_blocks = len(seq.block_table)
@@ -173,9 +172,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         """Free a running sequence's blocks; it goes back to the head of the queue to recompute."""
         self.kv_cache.free(seq)
-        if seq.in_runner:
-            self._preempted_ids.append(seq.seq_id)
-            seq.num_runner_blocks = 0
+        seq.num_runner_blocks = 0
         seq.num_computed_tokens = 0
         seq.draft_token_ids = []
         seq.status = SequenceStatus.WAITING

@@ -94,8 +94,8 @@ class InputBatch:
     def update(self, out: SchedulerOutput) -> list[ScheduledRow]:
         """Apply the step's changes; return its rows in the scheduler's order."""
         seqs = self.seqs
-        for seq_id in out.preempted_seq_ids:
-            seqs[seq_id].block_ids = []
+        for seq_id in out.resumed_seq_ids:
+            seqs[seq_id].block_ids = []  # the table it had before its preemption
         for seq_id in out.finished_seq_ids:
             seqs.pop(seq_id, None)  # one aborted before it ever ran was never sent
         for new in out.new_seqs:

@@ -36,9 +36,10 @@ class NewSequence:
 class SchedulerOutput:
     """The step's sequences in the scheduler's order, with parallel lists of their counts.
 
-    A preempted sequence keeps its runner state (tokens, generator) but loses its blocks; when
-    it runs again its whole new block table comes in ``new_block_ids``. Finished sequences are
-    forgotten. Sampled tokens are not sent: the runner learns them when their step is read.
+    A preempted sequence keeps its runner state (tokens, generator); the step that resumes it
+    lists it in ``resumed_seq_ids``, and its ``new_block_ids`` are then its whole new table (so
+    a step lost to an error leaves no stale table behind). Finished sequences are forgotten.
+    Sampled tokens are not sent: the runner learns them when their step is read.
     """
 
     seq_ids: list[int] = field(default_factory=list)
@@ -47,5 +48,5 @@ class SchedulerOutput:
     new_seqs: list[NewSequence] = field(default_factory=list)
     new_block_ids: dict[int, list[int]] = field(default_factory=dict)  # appended since the runner's last view
     draft_token_ids: dict[int, list[int]] = field(default_factory=dict)  # the sequences verifying drafts
-    preempted_seq_ids: list[int] = field(default_factory=list)
+    resumed_seq_ids: list[int] = field(default_factory=list)  # back from a preemption
     finished_seq_ids: list[int] = field(default_factory=list)  # finished or aborted since the last step

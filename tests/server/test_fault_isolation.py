@@ -30,7 +30,7 @@ def _raise_once(target, name: str):
 
 
 def test_a_failing_step_fails_its_request_with_a_generic_500(engine, server, monkeypatch):
-    monkeypatch.setattr(engine.engine.runner, "launch", _raise_once(engine.engine.runner, "launch"))
+    monkeypatch.setattr(engine.engine.runner, "execute_model", _raise_once(engine.engine.runner, "execute_model"))
     response = server.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 4})
     assert response.status_code == 500, response.text
     message = response.json()["error"]["message"]
