@@ -1,11 +1,25 @@
-"""Advances a read step's grammars in one backend call, before its tokens are detokenized."""
+"""The engine's side of guided decoding: a read step's grammars advanced in one backend call,
+before its tokens are detokenized, and the next step's rows masked from them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastllm.engine.pending_step import SequenceResult
+import torch
+
 from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.worker.pending_step import SequenceResult
+
+
+class GrammarMasks:
+    """One step's masks (``fastllm.sampling.sampler.GrammarMask``): ``matchers`` by ``seq_id``,
+    which stay with the engine's requests; the runner hands over the logits."""
+
+    def __init__(self, backend: Any, matchers: dict[int, Any]):
+        self.backend, self.matchers = backend, matchers
+
+    def apply(self, logits: torch.Tensor, seq_ids: list[int]) -> None:
+        self.backend.apply_bitmask(logits, [self.matchers.get(seq_id) for seq_id in seq_ids])
 
 
 def advance_grammars(backend: Any, scheduled: list[ScheduledSequence], results: dict[int, SequenceResult]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -13,12 +13,11 @@ from fastllm import registry
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import new_detokenizer
-from fastllm.engine.grammars import advance_grammars
+from fastllm.engine.grammars import GrammarMasks, advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.request_state import RequestState, SampleState
-from fastllm.engine.pending_step import PendingStep
-from fastllm.engine.scheduler import ScheduledSequence, Scheduler
+from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
 from fastllm.engine.stats import EngineStats
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
@@ -28,6 +27,8 @@ from fastllm.multimodal.inputs import MultimodalInputs
 from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
+from fastllm.spec_decode.drafts import DraftRoom
+from fastllm.worker.pending_step import PendingStep
 
 logger = logging.getLogger("fastllm")
 
@@ -89,8 +90,7 @@ class LLMEngine:
             checkpoint_dtype = getattr(torch, checkpoint_dtype, None)
         self.dtype = self.platform.resolve_dtype(config.dtype, checkpoint_dtype)
         self.structured_output = self._structured_output_backend()
-        self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype,
-                                      self.structured_output)
+        self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype)
         num_blocks = self._num_kv_blocks()
         self.runner.allocate_kv_cache(num_blocks)
         logger.info("Doing profile, the total_block_num:%d (block_size %d, %d tokens)",
@@ -103,6 +103,7 @@ class LLMEngine:
         self.eos_token_ids = self._eos_token_ids()
         self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
         self.speculator = self._speculative_decoder()
+        self.drafts = DraftRoom(self.max_model_len)
         self.overlap = self._overlap_steps()
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
@@ -196,7 +197,6 @@ class LLMEngine:
                            self.max_model_len, bad_words_token_ids=bad_words, adapter_id=adapter_id,
                            cache_salt=cache_salt, multimodal=multimodal)
             if params.seed is not None:
-                seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
                 seq.seed = params.seed + index
             if compiled is not None:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
@@ -267,9 +267,9 @@ class LLMEngine:
         if state is None:
             return None
         for sample in state.samples:
-            self._release(sample.seq)
             if not sample.seq.is_finished:
                 sample.seq.finish("abort")
+            self._release(sample.seq)
         return state.to_output()
 
     def has_unfinished_requests(self) -> bool:
@@ -311,25 +311,25 @@ class LLMEngine:
         overlap again.
         """
         touched: dict[str, RequestState] = {}
-        if self.speculator is not None and self._drafts_wanted():
+        if self.speculator is not None and self.drafts.wanted(self.speculator, self.scheduler.running):
             if self.in_flight is not None:
                 touched.update(self._read(self.in_flight))
                 self.in_flight = None
-            self._propose_drafts()
+            self.drafts.propose(self.speculator, self.scheduler.running)
         previous, self.in_flight = self.in_flight, None
         out = self.scheduler.schedule()
         if not out.scheduled:
             if previous is not None:
                 touched.update(self._read(previous))
         elif not self.overlap or any(item.num_draft_tokens for item in out.scheduled):
-            touched.update(self._read(self._launch(out.scheduled, overlapped=False)))
+            touched.update(self._read(self._launch(out, overlapped=False)))
         elif previous is not None and self._samples_need_previous(out.scheduled):
             deferred: TextToDecode = []
-            self.in_flight = self._launch(out.scheduled, overlapped=True,
-                                          before_sampling=lambda: touched.update(self._read(previous, deferred)))
+            self.in_flight = self._launch(out, overlapped=True,
+                                          read_between=lambda: touched.update(self._read(previous, deferred)))
             self._detokenize(deferred)
         else:
-            self.in_flight = self._launch(out.scheduled, overlapped=True)
+            self.in_flight = self._launch(out, overlapped=True)
             if previous is not None:
                 touched.update(self._read(previous))
         return [output for output in map(self._emit, touched.values()) if output is not None]
@@ -339,8 +339,11 @@ class LLMEngine:
         """Whether a sequence samples from logits that depend on its token still in flight."""
         return any(item.seq.num_pending_tokens and item.seq.needs_host_tokens for item in scheduled)
 
-    def _launch(self, scheduled: list[ScheduledSequence], overlapped: bool,
-                before_sampling: Optional[Callable[[], None]] = None) -> InFlightStep:
+    def _launch(self, schedule: Schedule, overlapped: bool,
+                read_between: Optional[Callable[[], None]] = None) -> InFlightStep:
+        """Run the step on the runner: its forward pass, ``read_between`` (the engine reads the
+        step before there, while the device computes this one's logits), then its sampling."""
+        scheduled = schedule.scheduled
         now = time.time()
         for item in scheduled:
             metrics = self.requests[item.seq.request_id].metrics
@@ -349,21 +352,27 @@ class LLMEngine:
                 metrics.time_in_queue = now - metrics.arrival_time
         sampling = [item.seq for item in scheduled if item.samples]
         reading = 0.0
-
-        def read_previous() -> None:
-            nonlocal reading
-            begin = time.perf_counter()
-            before_sampling()
-            reading = time.perf_counter() - begin
-
         start = time.perf_counter()
-        pending = self.runner.launch(scheduled, read_previous if before_sampling else None)
+        self.runner.execute_model(schedule.output)
+        if read_between is not None:
+            begin = time.perf_counter()
+            read_between()
+            reading = time.perf_counter() - begin
+        pending = self.runner.sample_tokens(self._grammar(sampling))
         step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading, overlapped)
         if overlapped:  # no drafts to verify: the counts advance now, the tokens stay pending
             self.scheduler.update(scheduled)
             for seq in sampling:
                 seq.num_pending_tokens += 1
         return step
+
+    def _grammar(self, sampling: list[Sequence]) -> Optional[GrammarMasks]:
+        """The masks of the step's live guided sequences; a sequence that a token read after its
+        step was queued finished samples a discarded token: its grammar may be complete, so it
+        is not masked."""
+        guided = {seq.seq_id: seq.structured_state for seq in sampling
+                  if seq.structured_state is not None and not seq.is_finished}
+        return GrammarMasks(self.structured_output, guided) if guided else None
 
     def _read(self, step: InFlightStep, deferred: Optional[TextToDecode] = None) -> dict[str, RequestState]:
         """Read a launched step's tokens and hand them to their requests; return those requests.
@@ -402,9 +411,7 @@ class LLMEngine:
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
-            seq.check_stop()
-            if not seq.is_finished and result.grammar_terminated:
-                seq.finish("stop")
+            seq.check_stop(result.grammar_terminated)
             if deferred is None:
                 state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
             else:
@@ -443,35 +450,6 @@ class LLMEngine:
             state.skip_output()
             return None
         return state.to_output()
-
-    def _draft_room(self) -> Iterator[tuple[Sequence, int]]:
-        """Each running sequence whose next step decodes, with the most drafts that step may
-        verify (>= 1, before max_tokens / max_model_len); a token pending on the device counts
-        as known. Guided sequences never draft."""
-        for seq in self.scheduler.running:
-            num_tokens = seq.num_tokens + seq.num_pending_tokens
-            if seq.num_computed_tokens != num_tokens - 1 or seq.structured_state is not None:
-                continue
-            left = self.max_model_len - num_tokens - 1
-            max_tokens = seq.sampling_params.max_tokens
-            if max_tokens is not None:
-                left = min(left, max_tokens - len(seq.output_token_ids) - seq.num_pending_tokens - 1)
-            if left > 0:
-                yield seq, left
-
-    def _drafts_wanted(self) -> bool:
-        """Whether some sequence would verify drafts next step; asked before the step in flight is
-        read. A sequence still holding drafts (its last step had no room for it) counts; a
-        decoder without ``wants_drafts`` is taken to want them every step."""
-        wants = getattr(self.speculator, "wants_drafts", None)
-        return any(seq.draft_token_ids or wants is None or wants(seq) for seq, _ in self._draft_room())
-
-    def _propose_drafts(self) -> None:
-        """Drafts continue a sequence's latest token, so one still pending on the device gets none."""
-        candidates = [(seq, room) for seq, room in self._draft_room() if not seq.num_pending_tokens]
-        if candidates:
-            seqs, room = zip(*candidates)
-            self.speculator.propose(list(seqs), list(room))
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

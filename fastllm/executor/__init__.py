@@ -15,8 +15,7 @@ from fastllm.executor.worker_group import WorkerError
 __all__ = ["Executor", "MultiprocExecutor", "UniprocExecutor", "WorkerError", "create_executor"]
 
 
-def create_executor(config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype,
-                    structured_output: Any = None) -> Executor:
+def create_executor(config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype) -> Executor:
     """One process for one rank; else this process is rank 0 of tensor x pipeline parallel ones,
     local processes or Ray actors (``distributed_executor_backend``)."""
     if config.tensor_parallel_size * config.pipeline_parallel_size == 1:
@@ -26,4 +25,4 @@ def create_executor(config: EngineConfig, hf_config: Any, platform: Any, loader:
         cls = RayExecutor
     else:
         cls = MultiprocExecutor
-    return cls(config, hf_config, platform, loader, dtype, structured_output)
+    return cls(config, hf_config, platform, loader, dtype)

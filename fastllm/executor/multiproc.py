@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import free_tcp_port
-from fastllm.engine.input_batch import ModelInputs
-from fastllm.engine.model_runner import ModelRunner
-from fastllm.engine.pending_step import PendingStep
-from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.executor.mirrored_adapters import MirroredAdapters
 from fastllm.executor.step_wire import encode_forward
 from fastllm.executor.worker import WorkerSpec
 from fastllm.executor.worker_group import WorkerGroup
 from fastllm.multimodal.inputs import StepMultimodal
+from fastllm.sampling.sampler import GrammarMask
+from fastllm.worker.input_batch import ModelInputs
+from fastllm.worker.model_runner import ModelRunner
+from fastllm.worker.pending_step import PendingStep
+from fastllm.worker.scheduler_output import SchedulerOutput
 
 
 class DriverRunner(ModelRunner):
@@ -53,8 +54,7 @@ class MultiprocExecutor:
     Workers stop when the executor is shut down, garbage-collected, or the interpreter exits.
     """
 
-    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
-                 dtype: torch.dtype, structured_output: Any = None):
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype):
         _check_heads(hf_config, config.tensor_parallel_size)
         self.platform, self.config = platform, config
         self.overlaps_steps = platform.overlaps_steps  # sampled tokens reach workers device to device
@@ -62,8 +62,7 @@ class MultiprocExecutor:
         self._runners: list[ModelRunner] = []  # filled once built: the finalizer must not hold self
         self._finalizer = weakref.finalize(self, _shut_down, self.workers, self._runners)
         try:
-            self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype,
-                                       structured_output)
+            self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype)
             self._runners.append(self.runner)
             self.adapters = self.runner.adapters
             self.workers.gather()  # every rank has built its shard
@@ -85,13 +84,15 @@ class MultiprocExecutor:
                            self.platform.device.type, self.config, hf_config, loader, dtype, device_index)
                 for rank in range(1, world)]
 
-    def launch(self, scheduled: list[ScheduledSequence],
-               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
+    def execute_model(self, scheduler_output: SchedulerOutput) -> None:
         try:
-            return self.runner.launch(scheduled, before_sampling)
+            self.runner.execute_model(scheduler_output)
         except Exception:
             self.workers.check()  # a dead worker explains a failed collective better than gloo does
             raise
+
+    def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
+        return self.runner.sample_tokens(grammar)  # no collective: rank 0 samples for everyone
 
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()  # every rank holds the same number of KV heads

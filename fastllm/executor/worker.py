@@ -20,7 +20,7 @@ from fastllm import registry
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
-from fastllm.engine.model_runner import ModelRunner
+from fastllm.worker.model_runner import ModelRunner
 from fastllm.executor.step_wire import Wire, decode_forward
 
 SHUTDOWN = "shutdown"

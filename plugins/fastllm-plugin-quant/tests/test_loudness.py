@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastllm.engine.model_runner import ModelRunner
+from fastllm.worker.model_runner import ModelRunner
 from fastllm.engine.in_process import engine_runner
 from fastllm.layers.linear import LinearBase
 from fastllm_quant.int4 import WeightOnlyInt4Quantizer

@@ -1,10 +1,12 @@
-"""Owns the model, its KV cache and the sampler; runs one scheduled step and returns tokens."""
+"""Owns the model, its KV cache, the sampler and its sequences' state; runs one scheduled step
+(``execute_model`` then ``sample_tokens``) and returns its tokens."""
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import torch
 
@@ -12,35 +14,47 @@ from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import is_last_stage, logits_to_driver, pp_size, tp_size
-from fastllm.engine.encoder_cache import EncoderRunner
-from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
-from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
-from fastllm.engine.scheduler import ScheduledSequence
-from fastllm.engine.sequence import Sequence
 from fastllm.layers.fused import use_kernels
 from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
+from fastllm.platforms.transfer import to_device
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
+from fastllm.sampling.sampler import GrammarMask, Sampler
 from fastllm.sampling_params import SamplingParams
-from fastllm.platforms.transfer import to_device
-from fastllm.sampling.sampler import Sampler
 from fastllm.spec_decode.verify import DraftGroup, verify_drafts
+from fastllm.worker.encoder_cache import EncoderRunner
+from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, ScheduledRow, SequenceState,
+                                        pack_inputs)
+from fastllm.worker.pending_step import PendingStep, SampledRows, SequenceResult
+from fastllm.worker.scheduler_output import SchedulerOutput
 
 logger = logging.getLogger(__name__)
 PROMPT_LOGPROB_CHUNK = 256
 
 
+@dataclass
+class QueuedLogits:
+    """A step between ``execute_model`` and ``sample_tokens``: its sampling rows' logits, queued.
+
+    ``owners``: each sampling sequence's row and its first logits row; ``row_drafts``: per
+    logits row, its sequence and the drafts before it."""
+
+    results: dict[int, SequenceResult]
+    logits: Optional[torch.Tensor] = None
+    owners: list[tuple[ScheduledRow, int]] = field(default_factory=list)
+    row_drafts: list[tuple[SequenceState, list[int]]] = field(default_factory=list)
+
+
 class ModelRunner:
-    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
-                 dtype: torch.dtype, structured_output: Any = None):
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype):
         self.config, self.hf_config, self.platform = config, hf_config, platform
         # ``seed``: dummy weights and unseeded requests' sampling repeat from run to run.
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.device, self.dtype = platform.device, dtype
         self.block_size = config.block_size
-        self.structured_output = structured_output
+        self.input_batch = InputBatch(self.device)
         kernels = platform.kernels()
         self.sampler = Sampler(kernels)
         architectures = getattr(hf_config, "architectures", None)
@@ -72,6 +86,7 @@ class ModelRunner:
         self.encoder = EncoderRunner(self.model, self.device) if hasattr(self.model, "encode_multimodal") else None
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
+        self.queued: Optional[QueuedLogits] = None
 
     # ---- KV cache -------------------------------------------------------------------------
     def kv_cache_dtype(self) -> torch.dtype:
@@ -132,11 +147,11 @@ class ModelRunner:
             num_blocks = -(-context // self.block_size)
             ids = [1] * context if token_ids is None else token_ids[used:used + context]
             used += context
-            seq = Sequence("dummy", 0, ids, SamplingParams(), frozenset(), context)
-            seq.block_table = list(range(next_block, next_block + num_blocks))
-            seq.num_computed_tokens = context - new
+            seq = SequenceState(-1, "dummy", 0, ids, SamplingParams(), 0,
+                                block_ids=list(range(next_block, next_block + num_blocks)),
+                                num_computed_tokens=context - new)
             next_block += num_blocks
-            scheduled.append(ScheduledSequence(seq, new))
+            scheduled.append(ScheduledRow(seq, new))
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
@@ -151,21 +166,21 @@ class ModelRunner:
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence],
-               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
-        """Queue one step on the device and return without waiting for it, where the step allows.
+    def execute_model(self, scheduler_output: SchedulerOutput) -> None:
+        """Queue one step's forward pass and its sampling rows' logits, without waiting for them
+        where the step allows; ``sample_tokens`` then samples them.
 
-        A scheduled token that the previous launch sampled and the host has not read yet is
+        A scheduled token that the previous step sampled and the host has not read yet is
         read on the device. Prompt logprobs need values on the host, so a step with them has
         finished when this returns. A step that verifies drafts leaves no token to read that
         way (a sequence's next token sits at the row its accepted count picks): the engine
-        reads it before the next launch, and it clears ``last_sampled``, so a launch that
-        needed it would fail rather than read older tokens. ``before_sampling`` runs once,
-        after the forward pass and the logits are queued and before the sampling rows are
-        built: the engine reads the previous step there, so the rows (grammar masks,
-        penalties) see its tokens while the device computes this step's logits.
+        reads it before the next step, and it clears ``last_sampled``, so a step that needed
+        it would fail rather than read older tokens. Between the two calls the engine may read
+        the previous step, so the sampling rows (penalties, grammar masks) see its tokens
+        while the device computes this step's logits.
         """
-        inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
+        rows = self.input_batch.update(scheduler_output)
+        inputs = pack_inputs(rows, self.block_size, self.device, self.last_sampled)
         if self.adapters is not None:
             self.adapter_batch = self.adapters.prepare_step([item.seq.adapter_id for item in inputs.order],
                                                             inputs.attn_metadata.query_lens_cpu)
@@ -173,7 +188,7 @@ class ModelRunner:
         hidden = self.forward_step(inputs, multimodal)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
-        return self._sample(hidden, inputs, results, before_sampling)
+        self.queued = self._queue_logits(hidden, inputs, results)
 
     def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         """One step's forward; a tensor-parallel driver also sends it to its workers."""
@@ -210,40 +225,48 @@ class ModelRunner:
         num_rows = len(rows) if isinstance(rows, list) else rows.stop - rows.start
         return logits_to_driver(logits, (num_rows, self.hf_config.vocab_size), hidden.device)
 
-    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult],
-                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
+    def _queue_logits(self, hidden: torch.Tensor, inputs: ModelInputs,
+                      results: dict[int, SequenceResult]) -> QueuedLogits:
+        queued = QueuedLogits(results)
         row_index: list[int] = []
-        owners: list[tuple[ScheduledSequence, int]] = []
-        row_drafts: list[tuple[Sequence, list[int]]] = []
         for item, offset in zip(inputs.order, inputs.token_offsets):
             if not item.samples:
                 continue
-            seq, drafts = item.seq, item.seq.draft_token_ids[: item.num_draft_tokens]
+            seq, drafts = item.seq, item.draft_token_ids
             first = offset + item.num_new_tokens - len(drafts) - 1
-            owners.append((item, len(row_index)))
+            queued.owners.append((item, len(row_index)))
             for j in range(len(drafts) + 1):
-                row_drafts.append((seq, drafts[:j]))
+                queued.row_drafts.append((seq, drafts[:j]))
                 row_index.append(first + j)
-        logits = self.compute_logits(hidden, row_index) if row_index else None
-        if before_sampling is not None:
-            before_sampling()
-        if logits is None:
-            return PendingStep(results)
-        rows = [SamplingRow(seq, seq.output_token_ids + drafts) for seq, drafts in row_drafts]
-        batch = SamplingBatch.build(rows, logits.device)
-        dist = self.sampler.distribution(logits, batch, self.structured_output)
+        if row_index:
+            queued.logits = self.compute_logits(hidden, row_index)
+        return queued
+
+    @torch.inference_mode()
+    def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
+        """Sample the step ``execute_model`` queued; its ``results()`` are the new tokens (and
+        logprobs) keyed by ``seq_id``. ``grammar`` masks the guided sequences' rows."""
+        queued, self.queued = self.queued, None
+        if queued.logits is None:
+            return PendingStep(queued.results)
+        owners = queued.owners
+        rows = [SamplingRow(seq, seq.output_token_ids + drafts) for seq, drafts in queued.row_drafts]
+        batch = SamplingBatch.build(rows, queued.logits.device)
+        dist = self.sampler.distribution(queued.logits, batch, grammar)
         top_k = [row.seq.sampling_params.logprobs for row in rows]
+        for item, _ in owners:
+            item.seq.num_pending_tokens += 1
         if not any(item.num_draft_tokens for item, _ in owners):
             tokens = self.sampler.sample(dist, batch)
             self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
-            return PendingStep(results, [SampledRows(item.seq.seq_id, start) for item, start in owners],
+            return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners],
                                tokens, dist.logits, dist.logsumexp, top_k)
         self.last_sampled = None
         verified = verify_drafts(dist.probs, dist.greedy_tokens, [
-            DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
-                       item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])
-        return PendingStep(results, [SampledRows(item.seq.seq_id, start, group)
-                                     for group, (item, start) in enumerate(owners)],
+            DraftGroup(start, item.draft_token_ids, item.seq.sampling_params.greedy, item.seq.generator)
+            for item, start in owners])
+        return PendingStep(queued.results, [SampledRows(item.seq, start, group)
+                                            for group, (item, start) in enumerate(owners)],
                            verified.tokens, dist.logits, dist.logsumexp, top_k, verified.num_accepted)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
@@ -255,8 +278,9 @@ class ModelRunner:
                 continue
             start = seq.num_computed_tokens
             stop = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
-            if len(seq.prompt_logprobs) > stop:
+            if seq.num_prompt_logprobs > stop:
                 continue  # recomputed after a preemption: every entry is reported already
+            seq.num_prompt_logprobs = stop + 1
             entries: list[Optional[Logprobs]] = [None] if start == 0 else []
             for chunk in range(start, stop, PROMPT_LOGPROB_CHUNK):
                 end = min(chunk + PROMPT_LOGPROB_CHUNK, stop)
