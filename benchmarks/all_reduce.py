@@ -1,6 +1,6 @@
 """All-reduce latency by message size on this host's GPUs: NCCL against symmetric memory's
 one-shot and two-shot kernels, each as a CUDA graph of back-to-back calls (a decode step's
-situation) and eagerly. The data behind ``fastllm.distributed.symmetric_all_reduce``'s limits.
+situation) and eagerly. The data behind ``fastllm.platforms.symmetric_all_reduce``'s limits.
 
     python benchmarks/all_reduce.py --world-size 2 --output-json all_reduce.json
 """
@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fastllm.distributed.process_group import NCCL_ENV, free_tcp_port
-from fastllm.distributed.symmetric_all_reduce import SymmetricAllReduce
+from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
 
 SIZES_KIB = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 CALLS = 32

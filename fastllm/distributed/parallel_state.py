@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from fastllm.distributed.symmetric_all_reduce import SymmetricAllReduce
+    from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
 
 
 @dataclass

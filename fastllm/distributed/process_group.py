@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from fastllm.distributed.parallel_state import reset_layout, set_fast_all_reduce, set_layout, tp_group
-from fastllm.distributed.symmetric_all_reduce import symmetric_all_reduce
+from fastllm.platforms.symmetric_all_reduce import symmetric_all_reduce
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
 # in NCCL and in the symmetric memory of the small all-reduce (whose rendezvous would map it).
