@@ -27,6 +27,7 @@ from fastllm.multimodal.inputs import MultimodalInputs
 from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
+from fastllm.structured_output.drafts import clip_drafts
 
 logger = logging.getLogger("fastllm")
 
@@ -386,13 +387,14 @@ class LLMEngine:
         seq = item.seq
         sample = state.samples[seq.index]
         seq.draft_token_ids = []
-        for token, logprob, top in zip(result.new_token_ids, result.token_logprobs, result.logprobs):
+        last = len(result.new_token_ids) - 1
+        for i, (token, logprob, top) in enumerate(zip(result.new_token_ids, result.token_logprobs, result.logprobs)):
             seq.append_token(token)
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
             seq.check_stop()
-            if not seq.is_finished and result.grammar_terminated:
+            if not seq.is_finished and result.grammar_terminated and i == last:
                 seq.finish("stop")
             if deferred is None:
                 state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
@@ -434,10 +436,10 @@ class LLMEngine:
     def _draft_room(self) -> Iterator[tuple[Sequence, int]]:
         """Each running sequence whose next step decodes, with the most drafts that step may
         verify (>= 1, before max_tokens / max_model_len); a token pending on the device counts
-        as known. Guided sequences never draft."""
+        as known."""
         for seq in self.scheduler.running:
             num_tokens = seq.num_tokens + seq.num_pending_tokens
-            if seq.num_computed_tokens != num_tokens - 1 or seq.structured_state is not None:
+            if seq.num_computed_tokens != num_tokens - 1:
                 continue
             left = self.max_model_len - num_tokens - 1
             max_tokens = seq.sampling_params.max_tokens
@@ -459,6 +461,7 @@ class LLMEngine:
         if candidates:
             seqs, room = zip(*candidates)
             self.speculator.propose(list(seqs), list(room))
+            clip_drafts(self.structured_output, seqs, self.eos_token_ids)
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

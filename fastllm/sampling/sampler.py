@@ -18,6 +18,7 @@ import torch
 
 from fastllm.sampling.batch import SamplingBatch
 from fastllm.sampling.logits_processors import apply_logit_edits, has_logit_edits
+from fastllm.structured_output.drafts import apply_grammar_masks
 
 
 @dataclass
@@ -106,7 +107,7 @@ class Sampler:
 
         Masking and edits commute (both only add to logits or set them to -inf), so the mask is
         filled once; without edits nothing is copied and nothing waits for the device."""
-        structured_output.apply_bitmask(logits, batch.matchers)
+        apply_grammar_masks(structured_output, logits, [row.seq for row in batch.rows], batch.matchers)
         if not has_logit_edits(batch):
             return logits
         edited = apply_logit_edits(logits.clone(), batch)
