@@ -87,7 +87,7 @@ class Walker:
             self.backend.apply_bitmask(self.logits, [matcher])
             self.mask_s += time.perf_counter() - start
             self.masks += 1
-            allowed = self.logits[0, token] != float("-inf")
+            allowed = bool(self.logits[0, token] != float("-inf"))
             self.disagreements += allowed != (position < accepted)  # mask and matcher must agree
             if not allowed:
                 break
@@ -134,18 +134,18 @@ def check_documents(backends: dict[str, Any], rows: list[dict[str, Any]], tokeni
 
 
 def generate(rows: list[dict[str, Any]], per_split: int, max_tokens: int, seed: int,
-             show_reasons: bool) -> dict[tuple[str, str], dict[str, int]]:
+             show_reasons: bool, backends: list[str]) -> dict[tuple[str, str], dict[str, int]]:
     from fastllm import LLM, SamplingParams
 
     picked = load_sample_subset(rows, per_split)
     stats: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for name in BACKENDS:
+    for name in backends:
         llm = LLM(embedded_model_path(), max_model_len=2048, num_gpu_blocks_override=512,
                   structured_output_backend=name, seed=seed)
         prompts, params = [], []
         for row in picked:
             schema_text = json.dumps(row["schema"], separators=(",", ":"))[:1200]
-            prompts.append(llm.get_tokenizer().apply_chat_template(
+            prompts.append(llm.tokenizer.apply_chat_template(
                 [{"role": "user", "content": f"Write one JSON document for this JSON schema:\n{schema_text}"}],
                 tokenize=False, add_generation_prompt=True))
             params.append(SamplingParams(temperature=0.6, seed=seed, max_tokens=max_tokens,
@@ -204,10 +204,10 @@ def print_documents(stats: dict[tuple[str, str], dict[str, Any]], splits: list[s
               f"{mask['masks']} masks | mask/matcher disagreements: {mask['disagreements']} | | | | |")
 
 
-def print_generation(stats: dict[tuple[str, str], dict[str, int]], splits: list[str]) -> None:
+def print_generation(stats: dict[tuple[str, str], dict[str, int]], splits: list[str], backends: list[str]) -> None:
     print("\n| backend | split | valid | invalid | cut | refused |")
     print("|---|---|---|---|---|---|")
-    for name in BACKENDS:
+    for name in backends:
         total: dict[str, int] = defaultdict(int)
         for split in splits + ["all"]:
             cell = total if split == "all" else stats[(name, split)]
@@ -222,6 +222,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="schemas per split (default: all)")
     parser.add_argument("--generate", type=int, default=0, help="schemas per split to generate for")
     parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--generate-backends", default=",".join(BACKENDS), help="comma-separated, for --generate")
+    parser.add_argument("--no-documents", action="store_true", help="skip the compile and document table")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reasons", action="store_true", help="print every refusal's reason")
     parser.add_argument("--docs", type=int, default=2, help="valid and invalid test documents per schema")
@@ -250,12 +252,15 @@ def main() -> None:
     # times are the routing's own; a grammar's first compile is timed in its backend's rows
     backends["auto"] = BackendRouter({name: (lambda backend=backend: backend) for name, backend in backends.items()})
     print(f"{len(rows)} schemas, {len(splits)} splits, strict\n")
-    stats = check_documents(backends, rows, tokenizer, vocab_size, args.reasons, args.docs, args.masked)
-    print_documents(stats, splits)
-    if args.json:
-        Path(args.json).write_text(json.dumps([[list(key), cell] for key, cell in stats.items()]))
+    if not args.no_documents:
+        stats = check_documents(backends, rows, tokenizer, vocab_size, args.reasons, args.docs, args.masked)
+        print_documents(stats, splits)
+        if args.json:
+            Path(args.json).write_text(json.dumps([[list(key), cell] for key, cell in stats.items()]))
     if args.generate:
-        print_generation(generate(rows, args.generate, args.max_tokens, args.seed, args.reasons), splits)
+        chosen = args.generate_backends.split(",")
+        print_generation(generate(rows, args.generate, args.max_tokens, args.seed, args.reasons, chosen), splits,
+                         chosen)
 
 if __name__ == "__main__":
     main()
