@@ -153,7 +153,7 @@ def generate(rows: list[dict[str, Any]], per_split: int, max_tokens: int, seed: 
         for row, output in zip(picked, llm.generate(prompts, params, use_tqdm=False)):
             cell = stats[(name, row["split"])]
             reason = output.outputs.finish_reason
-            if output.error_msg is not None or reason == "error":
+            if output.error_code != 200 or reason == "error":
                 cell["refused"] += 1
                 if show_reasons:
                     print(f"  {name:<10} {row['split']}/{row['id']}: {output.error_msg}")
