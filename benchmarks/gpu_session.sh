@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moethroughput, parallel)
+#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -66,14 +66,22 @@ features)
   fi
   ;;
 serve)
-  # random Llama-3-8B-shaped weights over SmolLM2's vocabulary, so that the text has real tokens
-  $FASTLLM serve $MODEL --load-format dummy --dtype bfloat16 --tokenizer .gguf/smollm2-tokenizer --port 8011 \
-    --hf-overrides '{"vocab_size": 49152}' --max-model-len 2048 --disable-log-requests >"$OUT/server.txt" 2>&1 &
+  # random Llama-3-8B-shaped weights over SmolLM2's vocabulary, so that the text has real tokens;
+  # offline first, then the server on the same engine settings: rate inf on the same 500 prompts,
+  # then the serving table at 4, 8 and 16 req/s on RATE_PROMPTS prompts each
+  SERVE_ENGINE="$COMMON --tokenizer .gguf/smollm2-tokenizer --hf-overrides {\"vocab_size\":49152} --max-model-len 2048 \
+    --max-num-batched-tokens 8192"
+  step offline 150 $FASTLLM bench throughput $SERVE_ENGINE --num-prompts 500 --input-len 1024 --output-len 256 \
+    --range-ratio 0 --quiet --output-json "$OUT/offline.json"
+  $FASTLLM serve $SERVE_ENGINE --port 8011 --disable-log-requests >"$OUT/server.txt" 2>&1 &
   for _ in $(seq 120); do curl -sf localhost:8011/health >/dev/null && break; sleep 2; done
-  step serve 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --tokenizer .gguf/smollm2-tokenizer \
-    --num-prompts 500 --random-input-len 1024 --random-output-len 256 --ignore-eos --request-rate 16 \
-    --save-result --result-dir "$OUT" --result-filename serve_h100.json
-  curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve.txt"
+  for RATE in inf ${RATES:-4 8 16}; do
+    PROMPTS=${RATE_PROMPTS:-100}; [ "$RATE" = inf ] && PROMPTS=500
+    step serve_$RATE 240 $FASTLLM bench serve --base-url http://127.0.0.1:8011 --tokenizer .gguf/smollm2-tokenizer \
+      --num-prompts $PROMPTS --random-input-len 1024 --random-output-len 256 --ignore-eos --request-rate $RATE \
+      --save-result --result-dir "$OUT" --result-filename serve_$RATE.json
+  done
+  curl -s localhost:8011/metrics | grep -E "^fastllm:(num_requests|kv_cache_usage)" | tee -a "$OUT/serve_inf.txt"
   kill %1
   ;;
 stash)  # nothing but the copy of a GGUF part above: the next call, on the warm machine, brings the other
@@ -130,6 +138,17 @@ moedecode)  # batch-1 decode of the two A3B MoE models against their active-weig
       --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency_$M.json"
   done
   ;;
+moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call
+  for fmt in fp8 int4 nf4; do
+    step "moe_kernel_$fmt" 60 $PY kernels/bench_fused_moe.py --experts $fmt --models qwen3-30b-a3b \
+      ernie-4.5-21b-a3b --tokens 1 16 128 --csv "$OUT/fused_moe_$fmt.csv"
+  done
+  for q in none fp8 weight_only_int4; do
+    step "latency_qwen3_$q" 90 $FASTLLM bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 \
+      --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 \
+      $([ $q = none ] || echo --quantization $q) --output-json "$OUT/latency_qwen3_$q.json"
+  done
+  ;;
 moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNIE beside HF generate
   step throughput_ernie 250 $FASTLLM bench throughput --model ernie-4.5-21b-a3b --load-format dummy \
     --dtype bfloat16 --num-prompts 1000 --input-len 1024 --output-len 256 --range-ratio 0 --quiet --compare hf \
@@ -140,6 +159,12 @@ moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNI
   ;;
 quantsweep)  # launch settings per weight-only kernel: the data behind default_tiling
   step quant_sweep 420 $PY benchmarks/quant_gemm.py --sweep --out "$OUT/quant_gemm_sweep.json"
+  ;;
+multimodal)  # Qwen2.5-VL-7B: 500 one-image requests against HF's batched generate; ERNIE-4.5-VL-28B-A3B decode
+  step mm_fastllm 200 $PY benchmarks/multimodal_bench.py --phase fastllm --model qwen2.5-vl-7b --num-prompts 500
+  step mm_hf 120 $PY benchmarks/multimodal_bench.py --phase hf --model qwen2.5-vl-7b --num-prompts 32 --hf-batch 16
+  step mm_ernie 150 $PY benchmarks/multimodal_bench.py --phase decode --model ernie-4.5-vl-28b-a3b --num-prompts 64 \
+    --image-size 448 --decode-len 128
   ;;
 parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 decode, then offline)
   LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
@@ -152,6 +177,25 @@ parallel)  # two GPUs: TP=2 and DP=2 against TP=1 on the same machine (batch-1 d
   step throughput_tp1 90 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
   step throughput_dp2 90 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
   step throughput_pp2 90 $FASTLLM $TPUT -pp 2 --output-json "$OUT/throughput_pp2.json"
+  ;;
+tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, batch-1 and offline TP=2
+  # (graphs on, symmetric-memory all-reduce) against TP=1, an MoE at EP=2 and TP=2, then DP=2
+  LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 --max-num-seqs 16"
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-200} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  MOE="bench latency --model ${MOE_MODEL:-qwen3-30b-a3b} --load-format dummy --dtype bfloat16 --batch-size 1 \
+    --input-len 128 --output-len 128 --num-iters 2 --max-num-seqs 16 -tp 2 --tp-cuda-graphs"
+  step all_reduce 40 $PY benchmarks/all_reduce.py --world-size 2 --output-json "$OUT/all_reduce.json"
+  step latency_tp1 50 $FASTLLM $LAT --output-json "$OUT/latency_tp1.json"
+  step latency_tp2 60 $FASTLLM $LAT -tp 2 --tp-cuda-graphs --output-json "$OUT/latency_tp2.json"
+  step throughput_tp1 50 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
+  step throughput_tp2 55 $FASTLLM $TPUT -tp 2 --tp-cuda-graphs --output-json "$OUT/throughput_tp2.json"
+  step moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
+  step moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
+  step throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
+  step latency_tp2_nccl 60 env FASTLLM_SYMM_MEM_ALL_REDUCE=0 $FASTLLM $LAT -tp 2 --tp-cuda-graphs
+  # greedy EP=2 = HF on CUDA: the symmetric all-reduce, the expert placement and the Triton experts together
+  TAIL=6 step ep2_equality 60 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
+    tests/distributed/test_expert_parallel.py
   ;;
 esac
 done

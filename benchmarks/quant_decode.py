@@ -22,7 +22,7 @@ import time
 import torch
 
 from fastllm import LLM, SamplingParams
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.quantization import weight_bytes
 
 METHODS = ["bf16", "weight_only_int8", "fp8", "nf4", "weight_only_int4"]

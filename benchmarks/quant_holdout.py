@@ -2,7 +2,7 @@
 
 The CI bounds and `benchmarks/RESULTS.md` score `opticks.txt`, on which the 4-bit fits' settings
 were chosen; this scores the built-in calibration text instead (about 3,000 tokens of mixed
-registers, `fastllm.quantization.calibration.DEFAULT_TEXT`), in prompts of ``--chunk`` tokens.
+registers, `fastllm_quant.calibration.DEFAULT_TEXT`), in prompts of ``--chunk`` tokens.
 Online methods calibrate on random tokens, so the text is held out for them.
 
     python benchmarks/quant_holdout.py --methods none fp8 weight_only_int4 nf4
@@ -17,7 +17,7 @@ import sys
 
 from fastllm import LLM
 from fastllm.model_loader.resolve import embedded_model_path
-from fastllm.quantization.calibration import DEFAULT_TEXT
+from fastllm_quant.calibration import DEFAULT_TEXT
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "fastllm-plugin-quant", "tests"))
 from quant_helpers import prompt_logprobs  # noqa: E402  (the plugin tests' scoring, not a copy)

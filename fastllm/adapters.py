@@ -49,7 +49,12 @@ class AdapterManager(Protocol):
     def prepare_step(self, adapter_ids: list[int], num_tokens: list[int]) -> Any:
         """Make the step's adapters resident (sequence i has ``num_tokens[i]`` tokens of adapter
         ``adapter_ids[i]``); the result is ``ForwardContext.adapter_batch``: None when no
-        sequence of the step uses an adapter."""
+        sequence of the step uses an adapter, else it has ``slots``, each packed token's device
+        slot (-1: the base model), which a captured decode graph copies in."""
+
+    def graph_batch(self, token_slots: torch.Tensor) -> Any:
+        """The ``adapter_batch`` a decode graph is captured with: ``token_slots`` is its static
+        buffer of per-token slots, which the graph runner fills before each replay."""
 
     def stats(self) -> dict[str, Any]:
         """Resident and known adapters, for the metrics."""

@@ -26,6 +26,8 @@ class EngineConfig(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)  # layers split over stages of tensor_parallel_size ranks each
     data_parallel_size: int = Field(1, ge=1)  # engine replicas, each on its own devices
+    distributed_executor_backend: Literal["mp", "ray"] = "mp"  # ranks 1..N-1: local processes or Ray actors
+    enable_expert_parallel: bool = False  # MoE experts placed whole over the tensor-parallel ranks, not sliced
     block_size: int = Field(64, gt=0)
     max_num_seqs: int = Field(256, ge=1)
     max_num_batched_tokens: Optional[int] = Field(None, gt=0)
@@ -37,10 +39,10 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
-    tp_cuda_graphs: bool = False  # CUDA graphs under tensor parallelism (opt-in: see benchmarks/RESULTS.md)
+    tp_cuda_graphs: bool = True  # CUDA graphs under tensor parallelism too (enforce_eager turns all off)
     async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA)
     quantization: Optional[str] = None
-    quantize_lm_head: bool = False  # the LM head in weight-only int8 (fastllm.quantization.lm_head)
+    quantize_lm_head: bool = False  # the LM head quantized too, by the registered lm_head_quantizers plugin
     reasoning_parser: Optional[str] = None
     tool_call_parser: Optional[str] = None
     chat_template: Optional[str] = None

@@ -13,6 +13,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.data_parallel import DataParallelEngine
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
+from fastllm.multimodal.prefetch import process_prompts_media
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -81,16 +82,22 @@ class LLM:
         adapters = self._per_prompt(lora_request, LoRARequest, len(prompt_list), "lora_request")
         results: dict[str, RequestOutput] = {}
         order = []
-        for prompt, params, adapter in zip(prompt_list, params_list, adapters):
+        split = [self._split_prompt(prompt) for prompt in prompt_list]
+        for (text, token_ids, media), processed, params, adapter in zip(
+                split, process_prompts_media(self.engine, split), params_list, adapters):
             request_id = str(next(self._ids))
             order.append(request_id)
-            text, token_ids, media = self._split_prompt(prompt)
+            processed_media = {}  # what process_prompts_media made of the media, for the engine to take
             try:
+                if isinstance(processed, RequestError):
+                    raise processed
+                if processed is not None:
+                    (token_ids, processed_media["multimodal"]), media = processed, None
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
                                         chat_template_kwargs=chat_template_kwargs, final_output_only=True,
-                                        lora_request=adapter, multimodal_data=media)
+                                        lora_request=adapter, multimodal_data=media, **processed_media)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)
@@ -114,40 +121,27 @@ class LLM:
         With ``tools`` and a tool parser (``tool_call_parser=`` or the one the matched template
         brings), the calls the model wrote move from ``text`` to ``CompletionOutput.tool_calls``.
         """
-        from fastllm.chat import render_chat, resolve_chat_template, split_tool_calls, tool_parser
+        from fastllm.chat import render_chat, split_tool_calls
+        from fastllm.chat.inputs import ChatInputs
         from fastllm.multimodal.chat import split_media
 
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        resolved = resolve_chat_template(self.tokenizer, self.config.model,
-                                         chat_template or self.config.chat_template)
+        chat = ChatInputs(self.tokenizer, self.config.model, chat_template or self.config.chat_template,
+                          self.config.tool_call_parser)
         conversations, media = zip(*map(split_media, conversations)) if conversations else ((), ())
-        prompts = [render_chat(self.tokenizer, resolved, conv, tools=tools,
+        prompts = [render_chat(self.tokenizer, chat.template, conv, tools=tools,
                                chat_template_kwargs=chat_template_kwargs) for conv in conversations]
-        parser_name = self.config.tool_call_parser or resolved.tool_call_parser
-        parser = tool_parser(parser_name, self.tokenizer) if tools and parser_name else None
-        update: dict[str, Any] = {}
-        if resolved.extra_stop_token_ids:
-            update["stop_token_ids"] = list(resolved.extra_stop_token_ids)
-        if parser is not None and parser.requires_special_tokens:
-            update["skip_special_tokens"] = False
-        params = [self._with_updates(p, update) for p in self._params_per_prompt(sampling_params, len(prompts))]
-        token_prompts = [{"prompt": p, "prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"],
-                          "multimodal_data": m} for p, m in zip(prompts, media)]
+        parser = chat.tool_parser if tools else None
+        params = [chat.sampling_params(p if isinstance(p, SamplingParams) else SamplingParams(**p), chat.template,
+                                       parser is not None)
+                  for p in self._params_per_prompt(sampling_params, len(prompts))]
+        token_prompts = [{"prompt": p, "prompt_token_ids": chat.tokenize(p), "multimodal_data": m}
+                         for p, m in zip(prompts, media)]
         outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs,
                                 lora_request=lora_request)
         if parser is not None:
             split_tool_calls(outputs, parser)
         return outputs
-
-    @staticmethod
-    def _with_updates(params: ParamsType, update: dict[str, Any]) -> ParamsType:
-        """``params`` with ``update`` applied; extra ``stop_token_ids`` add to the request's own."""
-        if not update:
-            return params
-        if isinstance(params, dict):
-            params = SamplingParams(**params)
-        extra = update.get("stop_token_ids", [])
-        return params.model_copy(update={**update, "stop_token_ids": list(params.stop_token_ids) + extra})
 
     @classmethod
     def _params_per_prompt(cls, params: Any, count: int) -> list[ParamsType]:

@@ -7,7 +7,8 @@ A row gives CUDA-graph replay medians (``do_bench_cudagraph``) of the whole laye
 bytes the routed experts hold (each read once: the decode bound), the TFLOP/s of the routed
 products, the torch loop's time (``do_bench``; it syncs, so no graph) and the relative error of
 the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
-candidate tiles and prints the fastest per shape. Not a test: nothing here asserts.
+candidate tiles and prints the fastest per shape. ``--experts fp8|int4|nf4``: the experts
+quantized by the quant plugin, the loop dequantizing them. Not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ import itertools
 import torch
 import triton
 
-from fastllm.layers.fused_moe import fused_experts_reference
-from fastllm_kernels.fused_moe import MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter, fused_experts_reference
+from fastllm_kernels.quant import NF4_CODES
+from fastllm_quant.experts import quantize_four_bit_experts
+from fastllm_quant.fp8 import quantize_fp8_experts
+from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, quantize_int4
+from fastllm_quant.nf4 import DEFAULT_BLOCK_SIZE, quantize_nf4
+from fastllm_kernels.fused_moe import (
+    ONE_PAIR_BLOCKS_SHARE, MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size,
+    one_pair_blocks,
+)
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
     "qwen3-30b-a3b": (2048, 768, 128, 8),
@@ -28,9 +37,9 @@ MODELS = {  # hidden, moe intermediate, experts, top-k
     "mixtral-8x7b": (4096, 14336, 8, 2),
 }
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
-SWEEP_TOKENS = [1, 16, 256, 4096, 16384]
+SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
-    MoeTiling(16, n, k, num_stages=s) for n, k, s in itertools.product([32, 64], [128, 256], [3, 5])]
+    MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -41,10 +50,6 @@ def routed(tokens: int, experts: int, top_k: int, device: str) -> tuple[torch.Te
     logits = torch.randn(tokens, experts, device=device)
     weights, ids = logits.softmax(-1).topk(top_k, dim=-1)
     return weights / weights.sum(-1, keepdim=True), ids
-
-
-def weights_bytes(ids: torch.Tensor, hidden: int, inner: int, elem: int) -> int:
-    return ids.unique().numel() * 3 * hidden * inner * elem
 
 
 def copy_bandwidth() -> float:
@@ -64,26 +69,49 @@ def graph_time(fn) -> float:
         return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
 
 
-def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int]) -> list[dict]:
+def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(``w13``, ``w2``, their format's keyword arguments) of one MoE layer of ``name``: ``dtype``
+    (``model``), or quantized as the quant plugin quantizes experts (``fp8``, ``int4``, ``nf4``)."""
+    hidden, inner, experts, _ = MODELS[name]
+    moe = FusedMoE(TopKRouter(hidden, experts, 1), inner).cuda()
+    moe.w13.data = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
+    moe.w2.data = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype) / inner ** 0.5
+    if experts_format == "fp8":
+        quantize_fp8_experts(moe)
+    elif experts_format == "int4":
+        quantize_four_bit_experts(moe, quantize_int4, DEFAULT_GROUP_SIZE)
+    elif experts_format == "nf4":
+        quantize_four_bit_experts(moe, quantize_nf4, DEFAULT_BLOCK_SIZE, NF4_CODES)
+    formats = {key: getattr(moe, key) for key in ("w13_scale", "w2_scale", "w13_zero", "w2_zero", "book")}
+    return moe.w13.data, moe.w2.data, {key: value for key, value in formats.items() if value is not None}
+
+
+def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int],
+                experts_format: str) -> list[dict]:
     hidden, inner, experts, top_k = MODELS[name]
-    w13 = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
-    w2 = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype) / inner ** 0.5
+    w13, w2, formats = expert_weights(name, dtype, experts_format)
+    plain = not formats
+
+    def reference(x):
+        return fused_experts_reference(x, w13.to(x.dtype) if plain else w13, w2.to(x.dtype) if plain else w2,
+                                       topk_weights, topk_ids, "silu", **formats)
+
     rows = []
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
-        out = fused_experts(x, w13, w2, topk_weights, topk_ids)
+        out = fused_experts(x, w13, w2, topk_weights, topk_ids, **formats)
         err = float("nan")
         if tokens <= 4096:  # the float32 loop's memory
-            ref = fused_experts_reference(x.float(), w13.float(), w2.float(), topk_weights, topk_ids)
+            ref = reference(x.float())
             err = ((out.float() - ref).norm() / ref.norm()).item()
             del ref
-        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids))
-        loop_ms = triton.testing.do_bench(lambda: fused_experts_reference(x, w13, w2, topk_weights, topk_ids),
-                                          warmup=5, rep=50, return_mode="median")
-        nbytes = weights_bytes(topk_ids, hidden, inner, w13.element_size())
+        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids, **formats))
+        loop_ms = triton.testing.do_bench(lambda: reference(x), warmup=5, rep=50, return_mode="median")
+        nbytes = topk_ids.unique().numel() * (w13.nbytes + w2.nbytes) // experts
         flops = 2 * 3 * tokens * top_k * hidden * inner
-        rows.append({"model": name, "tokens": tokens, "graph us": round(graph_ms * 1e3, 1),
+        rows.append({"model": name, "experts": str(dtype).split(".")[-1] if plain else experts_format,
+                     "tokens": tokens, "graph us": round(graph_ms * 1e3, 1),
                      "weight MB": round(nbytes / 1e6, 1), "GB/s": round(nbytes / graph_ms / 1e6),
                      "% copy bw": round(100 * nbytes / graph_ms / 1e6 / copy_gbs, 1),
                      "TFLOP/s": round(flops / graph_ms / 1e9, 1), "torch loop us": round(loop_ms * 1e3, 1),
@@ -92,33 +120,45 @@ def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: li
     return rows
 
 
-def sweep(name: str, dtype: torch.dtype) -> list[dict]:
+def fastest(run, default: MoeTiling, candidates: list[MoeTiling]) -> tuple[dict, MoeTiling]:
+    """CUDA-graph medians (ms) of ``run(tiling)`` over the default and the candidates, and the best."""
+    timings = {}
+    for tiling in dict.fromkeys([default, *candidates]):
+        try:
+            timings[tiling] = triton.testing.do_bench_cudagraph(lambda: run(tiling), rep=50, return_mode="median")
+        except Exception as error:  # tiles that do not fit shared memory
+            print(f"skip {tiling}: {type(error).__name__}", flush=True)
+    return timings, min(timings, key=timings.get)
+
+
+def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int]) -> list[dict]:
     """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
-    w13 = torch.randn(experts, 2 * inner, hidden, device="cuda", dtype=dtype)
-    w2 = torch.randn(experts, hidden, inner, device="cuda", dtype=dtype)
+    w13, w2, formats = expert_weights(name, dtype, experts_format)
+    gate_up_format = {key.replace("w13_", "w_"): value for key, value in formats.items() if "w2_" not in key}
+    down_format = {key.replace("w2_", "w_"): value for key, value in formats.items() if "w13_" not in key}
     rows = []
-    for tokens in SWEEP_TOKENS:
+    for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
         per_pair = x.new_empty(tokens * top_k, hidden)
-        gemms = {"gate_up": lambda t, b: grouped_gemm(x, w13, act, b, t, top_k, gated=True),
-                 "down": lambda t, b: grouped_gemm(act, w2, per_pair, b, t, 1, False, topk_weights.view(-1))}
+        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
+        one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
+
+        def blocks_for(tiling):
+            return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
+
         candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
-        for index, (gemm, run) in enumerate(gemms.items()):
-            default = default_tilings(tokens * top_k, experts)[index]
-            timings = {}
-            for tiling in dict.fromkeys([default, *candidates]):
-                blocks = moe_align_block_size(topk_ids, tiling.block_m, experts)
-                try:
-                    timings[tiling] = triton.testing.do_bench_cudagraph(lambda: run(tiling, blocks), rep=50,
-                                                                        return_mode="median")
-                except Exception as error:  # tiles that do not fit shared memory
-                    print(f"skip {tiling}: {type(error).__name__}", flush=True)
-            best = min(timings, key=timings.get)
-            rows.append({"model": name, "tokens": tokens, "gemm": gemm, "default us": round(timings[default] * 1e3, 1),
-                         "best us": round(timings[best] * 1e3, 1), "best": best})
+        gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
+                                                    **gate_up_format), defaults[0]),
+                 "down": (lambda t: grouped_gemm(act, w2, per_pair, blocks_for(t), t, 1, False, topk_weights.view(-1),
+                                                 **down_format), defaults[1])}
+        for gemm, (run, default) in gemms.items():
+            timings, best = fastest(run, default, candidates)
+            rows.append({"model": name, "experts": experts_format, "tokens": tokens, "gemm": gemm,
+                         "default us": round(timings[default] * 1e3, 1), "best us": round(timings[best] * 1e3, 1),
+                         "best": best})
             print(rows[-1], flush=True)
     return rows
 
@@ -127,18 +167,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
-    parser.add_argument("--tokens", type=int, nargs="*", default=TOKENS)
+    parser.add_argument("--tokens", type=int, nargs="*", help=f"default {TOKENS}; sweep: {SWEEP_TOKENS}")
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], default="model",
+                        help="the experts in --dtype, or quantized as the quant plugin does")
     parser.add_argument("--csv")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.sweep:
-        rows = [row for name in args.models for row in sweep(name, dtype)]
+        rows = [row for name in args.models for row in sweep(name, dtype, args.experts, args.tokens or SWEEP_TOKENS)]
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
-        rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens)]
+        rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
+                                                                    args.experts)]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -42,3 +42,29 @@ def test_cli_lists_every_kind(capsys):
 def test_error_message_formats_entries():
     err = UnknownPluginError("quantizers", "q9", {"fp8": Entry("fp8", object, "fastllm-plugin-quant 0.1.0")})
     assert "fp8" in str(err) and "fastllm-plugin-quant" in str(err)
+
+
+def test_only_picks_the_one_plugin_of_a_kind(monkeypatch):
+    """A feature that names no plugin (``enable_lora``, ``quantize_lm_head``) takes the one
+    registered; aliases of one factory count once; none or several fail with the list."""
+    def head(model):
+        return None
+
+    def other(model):
+        return None
+
+    found = {"int8": Entry("int8", head, "a 1"), "alias": Entry("alias", head, "a 1")}
+    monkeypatch.setattr("fastllm.registry.registry.entries", lambda kind: found)
+    assert registry.only("lm_head_quantizers", "quantize_lm_head").factory is head
+    found["other"] = Entry("other", other, "b 2")
+    with pytest.raises(ValueError, match="several plugins register one") as info:
+        registry.only("lm_head_quantizers", "quantize_lm_head")
+    assert "quantize_lm_head" in str(info.value) and "other" in str(info.value) and "b 2" in str(info.value)
+    found.clear()
+    with pytest.raises(ValueError, match=r"no plugin registers one:\n  \(none\)"):
+        registry.only("adapter_managers", "enable_lora")
+
+
+def test_lm_head_quantizer_and_adapter_manager_come_from_plugins():
+    assert registry.only("lm_head_quantizers", "quantize_lm_head").distribution.startswith("fastllm-plugin-quant")
+    assert registry.only("adapter_managers", "enable_lora").distribution.startswith("fastllm-plugin-lora")

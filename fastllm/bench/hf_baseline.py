@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -27,8 +27,9 @@ def load_hf_model(model: str, load_format: str, dtype: torch.dtype, device: torc
 
 @torch.inference_mode()
 def hf_generate_throughput(hf_model: Any, requests: list[BenchRequest], batch_size: int,
-                           pad_token_id: int) -> tuple[float, int]:
-    """(seconds, output tokens) for batched greedy ``generate`` with left padding, eos ignored.
+                           pad_token_id: int, synchronize: Callable[[], None]) -> tuple[float, int]:
+    """(seconds, output tokens) for batched greedy ``generate`` with left padding, eos ignored;
+    ``synchronize``: the platform's, so the clock stops when the device is done.
 
     The tokens counted are the ones the requests asked for, as vLLM counts them: a batch runs to its
     longest request, and the extra tokens its shorter rows compute are HF's cost, not output.
@@ -47,6 +48,5 @@ def hf_generate_throughput(hf_model: Any, requests: list[BenchRequest], batch_si
         hf_model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad_token_id)
         total_out += sum(r.output_len for r in chunk)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize()
     return time.perf_counter() - start, total_out

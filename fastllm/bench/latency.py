@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output_len < 2:
         raise SystemExit("--output-len must be at least 2 (decode speed is measured after the first token)")
     config = engine_config_from_args(args)
-    device = select_platform(config.platform).device
-    bandwidth = copy_bandwidth(device) if device.type == "cuda" else None
+    platform = select_platform(config.platform)
+    bandwidth = copy_bandwidth(platform) if platform.measures_rooflines else None
     llm = LLM(**config.model_dump(exclude_defaults=True))
     rows = [measure_batch(llm, args, batch_size) for batch_size in args.batch_size]
     print(f"latency: input {args.input_len}, output {args.output_len} tokens, {args.num_iters} iterations "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from fastllm.layers.fused_moe import FusedMoE
 from fastllm.llm import LLM

@@ -36,33 +36,49 @@ def server_tokenizer(args: argparse.Namespace) -> Any:
 
 async def send_one(client: Any, args: argparse.Namespace, model: str, request: BenchRequest,
                    prompt_text: str) -> RequestResult:
-    """Stream one request; chunks without text (usage, role) do not count as tokens arriving."""
+    """Stream one request; chunks without text (usage, role) do not count as tokens arriving, except
+    the last (a completion whose tokens all decode to no visible text still arrives, empty).
+
+    The SSE lines are read with plain ``json.loads``, as vLLM's benchmark does with aiohttp: the
+    OpenAI SDK's typed chunks cost the client more per token than the server spends, so with a
+    few hundred streams it measured its own parsing, not the server."""
     result = RequestResult()
-    extra = {"ignore_eos": True} if args.ignore_eos else {}
-    common = dict(model=model, max_tokens=request.output_len, temperature=0.0, stream=True,
-                  stream_options={"include_usage": True}, extra_body=extra)
+    chat = args.endpoint.endswith("chat/completions")
+    body: dict[str, Any] = dict(model=model, max_tokens=request.output_len, temperature=0.0, stream=True,
+                                stream_options={"include_usage": True})
+    if args.ignore_eos:
+        body["ignore_eos"] = True
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt_text}]
+    else:
+        body["prompt"] = request.prompt_token_ids
     start = last = time.perf_counter()
     try:
-        if args.endpoint.endswith("chat/completions"):
-            stream = await client.chat.completions.create(messages=[{"role": "user", "content": prompt_text}],
-                                                          **common)
-        else:
-            stream = await client.completions.create(prompt=request.prompt_token_ids, **common)
-        async for chunk in stream:
-            if chunk.usage is not None:
-                result.prompt_tokens, result.output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
-            if not chunk.choices:
-                continue
-            choice = chunk.choices[0]
-            text = choice.delta.content if hasattr(choice, "delta") else choice.text
-            if not text:
-                continue
-            now = time.perf_counter()
-            if result.ttft == 0.0:
-                result.ttft = now - start
-            else:
-                result.itl.append(now - last)
-            last = now
+        async with client.stream("POST", args.endpoint, json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise RuntimeError(f"error event: {chunk['error'].get('message')}")
+                if chunk.get("usage"):
+                    result.prompt_tokens = chunk["usage"]["prompt_tokens"]
+                    result.output_tokens = chunk["usage"]["completion_tokens"]
+                if not chunk.get("choices"):
+                    continue
+                choice = chunk["choices"][0]
+                text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                if not text and not choice.get("finish_reason"):
+                    continue
+                now = time.perf_counter()
+                if result.ttft == 0.0:
+                    result.ttft = now - start
+                else:
+                    result.itl.append(now - last)
+                last = now
         result.latency = time.perf_counter() - start
         result.ok = result.ttft > 0.0
         result.error = "" if result.ok else "no tokens received"
@@ -73,33 +89,41 @@ async def send_one(client: Any, args: argparse.Namespace, model: str, request: B
 
 async def run_load(args: argparse.Namespace, requests: list[BenchRequest],
                    prompts: list[str]) -> tuple[str, list[RequestResult], float]:
-    """(model name used, one result per request in order, wall time of the whole run)."""
-    from openai import AsyncOpenAI
+    """(model name used, one result per request in order, wall time of the whole run).
 
-    def new_client() -> AsyncOpenAI:
-        return AsyncOpenAI(base_url=args.base_url.rstrip("/") + "/v1", api_key=args.api_key or "EMPTY",
-                           max_retries=0, timeout=args.timeout)
+    No connection is reused, as vLLM's benchmark opens one per request: reusing an idle
+    keep-alive connection races the server closing it (uvicorn closes after 5 idle seconds) and
+    fails requests with "Connection error" that no server fault caused."""
+    try:
+        import httpx
+    except ImportError:  # openai 3 depends on the httpx2 fork instead
+        import httpx2 as httpx
 
-    async with new_client() as client:
-        model = args.model or (await client.models.list()).data[0].id
-    limit = asyncio.Semaphore(args.max_concurrency or len(requests))
-    rng = random.Random(args.seed)
+    headers = {"Authorization": f"Bearer {args.api_key or 'EMPTY'}"}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=args.base_url.rstrip("/"), headers=headers, limits=limits,
+                                 timeout=args.timeout) as client:
+        if args.model:
+            model = args.model
+        else:
+            listing = await client.get("/v1/models")
+            listing.raise_for_status()
+            model = listing.json()["data"][0]["id"]
+        limit = asyncio.Semaphore(args.max_concurrency or len(requests))
+        rng = random.Random(args.seed)
 
-    async def limited(request: BenchRequest, prompt: str) -> RequestResult:
-        """Each request on a client, so a connection, of its own, as vLLM's benchmark opens one per
-        request: reusing an idle keep-alive connection races the server closing it (uvicorn closes
-        after 5 idle seconds) and fails requests with "Connection error" that no server fault caused."""
-        async with limit, new_client() as client:
-            return await send_one(client, args, model, request, prompt)
+        async def limited(request: BenchRequest, prompt: str) -> RequestResult:
+            async with limit:
+                return await send_one(client, args, model, request, prompt)
 
-    tasks = []
-    start = time.perf_counter()
-    for request, prompt in zip(requests, prompts):
-        tasks.append(asyncio.ensure_future(limited(request, prompt)))
-        if args.request_rate != float("inf"):
-            await asyncio.sleep(rng.expovariate(args.request_rate))
-    results = await asyncio.gather(*tasks)
-    duration = time.perf_counter() - start
+        tasks = []
+        start = time.perf_counter()
+        for request, prompt in zip(requests, prompts):
+            tasks.append(asyncio.ensure_future(limited(request, prompt)))
+            if args.request_rate != float("inf"):
+                await asyncio.sleep(rng.expovariate(args.request_rate))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
     return model, results, duration
 
 
@@ -129,7 +153,7 @@ def save_result(args: argparse.Namespace, model: str, summary: dict[str, Any], r
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would bury the table
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would bury the table
     tokenizer = server_tokenizer(args)
     requests, prompts = build_requests(args, tokenizer)
     model, results, duration = asyncio.run(run_load(args, requests, prompts))

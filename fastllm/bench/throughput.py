@@ -11,7 +11,7 @@ import gc
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -37,6 +37,7 @@ class HFSetup:
     device: torch.device
     hf_config: Any
     max_num_seqs: int
+    synchronize: Callable[[], None]
 
 
 def build_requests(args: argparse.Namespace, llm: LLM) -> list[BenchRequest]:
@@ -69,8 +70,8 @@ def compare_hf(args: argparse.Namespace, setup: HFSetup, requests: list[BenchReq
     hf_model = load_hf_model(setup.model, setup.load_format, setup.dtype, setup.device, setup.hf_config)
     eos = setup.hf_config.eos_token_id
     pad = eos if isinstance(eos, int) else 0
-    hf_generate_throughput(hf_model, [BenchRequest(subset[0].prompt_token_ids, 2)], 1, pad)  # warm-up
-    elapsed, out_tokens = hf_generate_throughput(hf_model, subset, batch, pad)
+    hf_generate_throughput(hf_model, [BenchRequest(subset[0].prompt_token_ids, 2)], 1, pad, setup.synchronize)  # warm-up
+    elapsed, out_tokens = hf_generate_throughput(hf_model, subset, batch, pad, setup.synchronize)
     rate = out_tokens / elapsed
     result = {"hf_num_prompts": len(subset), "hf_batch_size": batch, "hf_elapsed_s": elapsed,
               "hf_output_tokens": out_tokens, "hf_output_tokens_per_s": rate,
@@ -85,8 +86,8 @@ def compare_hf(args: argparse.Namespace, setup: HFSetup, requests: list[BenchReq
 
 def run(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args)
-    device = select_platform(config.platform).device
-    matmul_rate = matmul_flops(device) if device.type == "cuda" else None
+    platform = select_platform(config.platform)
+    matmul_rate = matmul_flops(platform) if platform.measures_rooflines else None
     llm = LLM(**config.model_dump(exclude_defaults=True))
     engine = llm.engine
     requests = build_requests(args, llm)
@@ -102,12 +103,11 @@ def run(args: argparse.Namespace) -> int:
     print_summary("Offline Throughput Benchmark Result", summary, extra)
     result = {"device": engine.platform.device.type, "model": config.model, **summary, **utilization}
     setup = HFSetup(config.model, engine.load_format, engine.dtype, engine.platform.device, engine.hf_config,
-                    config.max_num_seqs)
+                    config.max_num_seqs, platform.synchronize)
     engine.runner.shutdown()
     del llm, engine
     gc.collect()
-    if setup.device.type == "cuda":
-        torch.cuda.empty_cache()  # the engine's weights and KV cache, before HF loads its copy
+    platform.empty_cache()  # the engine's weights and KV cache, before HF loads its copy
     if args.compare == "hf":
         result.update(compare_hf(args, setup, requests, summary["output_throughput"]))
     if args.output_json:

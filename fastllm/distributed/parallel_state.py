@@ -8,10 +8,13 @@ stage ``r // tp``, so rank 0 (the driver) sits in the first stage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from fastllm.distributed.symmetric_all_reduce import SymmetricAllReduce
 
 
 @dataclass
@@ -19,12 +22,14 @@ class Layout:
     tp: int = 1
     pp: int = 1
     tp_group: Optional[dist.ProcessGroup] = None  # None: the default group (no pipeline)
+    expert_parallel: bool = False  # MoE experts placed whole over the tensor-parallel ranks
+    fast_all_reduce: Optional["SymmetricAllReduce"] = None  # for the tensors it fits
 
 
 _layout = Layout()
 
 
-def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> None:
+def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False) -> None:
     """Record the split and, under pipeline parallelism, make each stage's tensor-parallel group
     (every rank creates every group, in the same order)."""
     global _layout
@@ -35,7 +40,17 @@ def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> None:
             created = dist.new_group(ranks)
             if dist.get_rank() in ranks:
                 group = created
-    _layout = Layout(tensor_parallel_size, pipeline_parallel_size, group)
+    _layout = Layout(tensor_parallel_size, pipeline_parallel_size, group, expert_parallel)
+
+
+def set_fast_all_reduce(reduce: Optional["SymmetricAllReduce"]) -> None:
+    """An all-reduce for the tensors it ``fits``; None: the group's own for every tensor."""
+    _layout.fast_all_reduce = reduce
+
+
+def tp_group() -> Optional[dist.ProcessGroup]:
+    """This stage's tensor-parallel group; None: the default group."""
+    return _layout.tp_group
 
 
 def reset_layout() -> None:
@@ -49,6 +64,15 @@ def tp_size() -> int:
 
 def tp_rank() -> int:
     return dist.get_rank() % tp_size() if dist.is_initialized() else 0
+
+
+def ep_size() -> int:
+    """Over how many ranks MoE experts are placed (the tensor-parallel ones), 1 without expert parallelism."""
+    return tp_size() if _layout.expert_parallel else 1
+
+
+def ep_rank() -> int:
+    return tp_rank() if _layout.expert_parallel else 0
 
 
 def pp_size() -> int:
@@ -76,7 +100,11 @@ def stage_layers(num_layers: int) -> range:
 
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """The sum of ``x`` over the tensor-parallel ranks (in ``x`` or a new tensor: use the result)."""
     if tp_size() > 1:
+        fast = _layout.fast_all_reduce
+        if fast is not None and fast.fits(x):
+            return fast(x)
         dist.all_reduce(x, group=_layout.tp_group)
     return x
 

@@ -13,10 +13,12 @@ import socket
 import torch
 import torch.distributed as dist
 
-from fastllm.distributed.parallel_state import reset_layout, set_layout
+from fastllm.distributed.parallel_state import reset_layout, set_fast_all_reduce, set_layout, tp_group
+from fastllm.distributed.symmetric_all_reduce import symmetric_all_reduce
 
-# NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off.
-NCCL_ENV = {"NCCL_NVLS_ENABLE": "0"}
+# NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
+# in NCCL and in the symmetric memory of the small all-reduce (whose rendezvous would map it).
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
 def free_tcp_port() -> int:
@@ -36,9 +38,10 @@ def cpu_threads_per_rank(world_size: int) -> int:
 
 
 def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: str,
-                         device: torch.device, pipeline_parallel_size: int = 1) -> None:
+                         device: torch.device, pipeline_parallel_size: int = 1, expert_parallel: bool = False) -> None:
     """Join the default group as ``rank`` on ``device``; blocks until all ranks have joined.
-    ``world_size`` is tensor x pipeline parallel size (see ``parallel_state`` for the layout).
+    ``world_size`` is tensor x pipeline parallel size (see ``parallel_state`` for the layout);
+    ``expert_parallel`` places MoE experts whole over each stage's tensor-parallel ranks.
 
     A CPU rank also narrows itself to its share of the cores (``cpu_threads_per_rank``).
     """
@@ -51,15 +54,17 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
         torch.set_num_threads(cpu_threads_per_rank(world_size))
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                             device_id=None if device.type == "cpu" else device)
-    set_layout(world_size // pipeline_parallel_size, pipeline_parallel_size)
+    set_layout(world_size // pipeline_parallel_size, pipeline_parallel_size, expert_parallel)
+    if world_size > pipeline_parallel_size:
+        set_fast_all_reduce(symmetric_all_reduce(tp_group(), device))
 
 
 def destroy_tensor_parallel() -> None:
     """Leave the group (a no-op when it was never joined or was aborted). Drop captured CUDA
     graphs first: destroying a NCCL group that a live graph captured hangs (pytorch#115388)."""
+    reset_layout()  # the symmetric all-reduce buffer goes while its group lives
     if dist.is_initialized():
         dist.destroy_process_group()
-    reset_layout()
 
 
 def abort_tensor_parallel() -> None:

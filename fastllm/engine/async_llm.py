@@ -19,6 +19,7 @@ import queue
 import threading
 import time
 from collections import deque
+from contextlib import aclosing
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
@@ -28,7 +29,6 @@ from fastllm.config import EngineConfig
 from fastllm.engine.fair_admission import FairAdmission
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
-from fastllm.engine.request_state import RequestState
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -45,19 +45,23 @@ def internal_error(request_id: str) -> RequestError:
     return RequestError(f"internal error while running request {request_id}; see the server log", code=500)
 
 
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot the engine thread publishes after every iteration, safe to read anywhere."""
-
-    num_requests_running: int = 0
-    num_requests_waiting: int = 0
-    kv_cache_usage: float = 0.0
-    num_free_blocks: int = 0
-    num_usable_blocks: int = 0
-    num_preemptions: int = 0
-    spec_num_draft_tokens: int = 0
-    spec_num_accepted_tokens: int = 0
-    num_running_adapters: int = 0  # distinct adapters among the running requests
+async def queued_outputs(queue: asyncio.Queue, abort: Callable[[], None]) -> AsyncIterator[RequestOutput]:
+    """A request's outputs from its queue until it finishes (an exception put there is raised);
+    leaving early calls ``abort``. Outputs are cumulative, so a backlog skips to the newest."""
+    finished = False
+    try:
+        while not finished:
+            item = await queue.get()
+            while not queue.empty():
+                item = queue.get_nowait()
+            if isinstance(item, BaseException):
+                finished = True
+                raise item
+            finished = item.finished
+            yield item
+    finally:
+        if not finished:
+            abort()
 
 
 @dataclass
@@ -135,11 +139,13 @@ class AsyncLLM:
     instead of answering 503 forever.
     """
 
-    def __init__(self, config: EngineConfig, request_window: Optional[int] = None):
+    def __init__(self, config: EngineConfig, request_window: Optional[int] = None,
+                 on_iteration: Optional[Callable[[], None]] = None):
         """``request_window``: sequences one client request (a ``group``) may have in the engine
         at once (default: a sixteenth of ``max_num_seqs``, at least 4): a request arriving behind
         a big one shares the batch with only that many of its sequences, so its steps stay short;
-        see ``fastllm.engine.fair_admission``."""
+        see ``fastllm.engine.fair_admission``. ``on_iteration``: called on the engine thread after
+        every loop iteration (the engine-core process sends the iteration's outputs from there)."""
         if config.data_parallel_size > 1:
             raise ValueError("data_parallel_size > 1 runs offline (LLM, fastllm bench) only, not in the server yet")
         self.engine = LLMEngine(config)
@@ -147,8 +153,7 @@ class AsyncLLM:
         self.tokenizer = self.engine.tokenizer
         self.inputs = self.engine.inputs  # thread-safe: the server validates and tokenizes on its workers
         self.max_model_len = self.engine.max_model_len
-        self.stats = EngineStats(num_usable_blocks=self.engine.kv_cache.pool.num_usable_blocks,
-                                 num_free_blocks=self.engine.kv_cache.num_free_blocks)
+        self.stats = self.engine.stats()
         self.dead_error: Optional[BaseException] = None
         self._inbox: queue.SimpleQueue[_Add | _Compiled | _Abort | _Call | None] = queue.SimpleQueue()
         self._compiling: dict[str, _Add] = {}  # guided requests whose grammar is compiling; guarded by _lock
@@ -157,9 +162,9 @@ class AsyncLLM:
         self._stopping = False
         self._closed = False  # set by the engine thread as it exits; guarded by _lock with every hand-in
         self._lock = threading.Lock()
-        self._spec_retired = (0, 0)
         self.on_dead: list[Callable[[], None]] = []
         self.admission = FairAdmission(request_window or max(4, config.max_num_seqs // 16))
+        self._on_iteration = on_iteration or (lambda: None)
         self._thread = threading.Thread(target=self._run, name="fastllm-engine", daemon=True)
         self._thread.start()
 
@@ -183,37 +188,33 @@ class AsyncLLM:
                                                                    multimodal_data)
             multimodal_data = None
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        self.submit(_Add(request_id, prompt, prompt_token_ids, params, time.time(), chat_template_kwargs, stream,
+                         lora_request, group, multimodal_data, multimodal))
+        async with aclosing(queued_outputs(stream.queue, lambda: self.abort(request_id))) as outputs:
+            async for output in outputs:
+                yield output
+
+    def submit(self, item: _Add | _Call) -> None:
+        """Hand a request (its outputs go to ``item.stream``) or a call to the engine thread."""
         with self._lock:
             if self._closed or self._stopping or self.dead_error is not None:
                 raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
-            self._inbox.put(_Add(request_id, prompt, prompt_token_ids, params, time.time(),
-                                 chat_template_kwargs, stream, lora_request, group, multimodal_data, multimodal))
-        finished = False
-        try:
-            while not finished:
-                item = await stream.queue.get()
-                while not stream.queue.empty():  # outputs are cumulative: skip to the newest
-                    item = stream.queue.get_nowait()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
-        finally:
-            if not finished:
-                self.abort(request_id)
+            self._inbox.put(item)
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(_Abort(request_id))
+
+    async def add_adapter(self, lora_request: LoRARequest) -> None:
+        await self.call(lambda engine: engine.add_adapter(lora_request))
+
+    async def remove_adapter(self, adapter_id: int) -> bool:
+        return await self.call(lambda engine: engine.remove_adapter(adapter_id))
 
     async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
         """``fn(engine)`` run between two steps on the engine thread; its result or its exception."""
         loop = asyncio.get_running_loop()
         item = _Call(fn, loop, loop.create_future())
-        with self._lock:
-            if self._closed or self._stopping or self.dead_error is not None:
-                raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
-            self._inbox.put(item)
+        self.submit(item)
         return await item.future
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -239,6 +240,7 @@ class AsyncLLM:
                     except Exception:
                         logger.exception("engine step failed; failing the requests it touched")
                         self._fail_touched()
+                self._on_iteration()
         except Exception:  # the recovery itself failed: the engine's state is unknown
             logger.exception("engine loop failed; failing every in-flight request")
             self.dead_error = EngineDeadError("the engine stopped after an internal error; see the server log")
@@ -366,7 +368,6 @@ class AsyncLLM:
             return
         with self._lock:
             self._compiling.pop(item.request_id, None)
-        self._retire(self.engine.requests.get(item.request_id))
         output = self.engine.abort_request(item.request_id)
         self._leave(item.request_id)
         stream = self._streams.pop(item.request_id, None)
@@ -378,11 +379,9 @@ class AsyncLLM:
     def _step(self) -> None:
         """One engine step; the stats snapshot is updated before any client hears of the step's outputs,
         so a client that reacts to an output (or a server admitting the next request) never reads older stats."""
-        live = dict(self.engine.requests) if self.engine.speculator is not None else {}
         outputs = self.engine.step()
         for output in outputs:
             if output.finished:
-                self._retire(live.get(output.request_id))
                 self._leave(output.request_id)
         self._publish_stats()
         for output in outputs:
@@ -401,7 +400,6 @@ class AsyncLLM:
                    if any(s.seq.num_computed_tokens or s.seq.num_pending_tokens or s.seq.output_token_ids
                           or id(s.seq) in running for s in state.samples)]
         for request_id in touched or list(self.engine.requests):
-            self._retire(self.engine.requests.get(request_id))
             self.engine.abort_request(request_id)
             self._leave(request_id)
             stream = self._streams.pop(request_id, None)
@@ -409,18 +407,5 @@ class AsyncLLM:
                 stream.put(internal_error(request_id))
         self._publish_stats()
 
-    def _retire(self, state: Optional[RequestState]) -> None:
-        """Fold an ending request's speculative-decoding counts into the running totals."""
-        if state is not None and state.num_draft_tokens:
-            drafts, accepted = self._spec_retired
-            self._spec_retired = (drafts + state.num_draft_tokens, accepted + state.num_accepted_tokens)
-
     def _publish_stats(self) -> None:
-        scheduler, kv_cache = self.engine.scheduler, self.engine.kv_cache
-        self.stats = EngineStats(
-            num_requests_running=len({seq.request_id for seq in scheduler.running}),
-            num_requests_waiting=len({seq.request_id for seq in scheduler.waiting}),
-            kv_cache_usage=kv_cache.usage(), num_free_blocks=kv_cache.num_free_blocks,
-            num_usable_blocks=kv_cache.pool.num_usable_blocks, num_preemptions=scheduler.num_preemptions,
-            spec_num_draft_tokens=self._spec_retired[0], spec_num_accepted_tokens=self._spec_retired[1],
-            num_running_adapters=len({seq.adapter_id for seq in scheduler.running} - {0}))
+        self.stats = self.engine.stats()

@@ -12,10 +12,9 @@ import os
 import signal
 import traceback
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -116,7 +115,7 @@ class Replica:
 class ReplicaGroup:
     """The replica processes; ``shutdown`` stops them (the engine's ``runner`` role, for ``LLM.shutdown``)."""
 
-    def __init__(self, config: EngineConfig, device_type: str):
+    def __init__(self, config: EngineConfig, platform: Any):
         size = config.data_parallel_size
         per_replica = config.tensor_parallel_size * config.pipeline_parallel_size
         replica_config = config.model_copy(update={"data_parallel_size": 1})
@@ -125,14 +124,14 @@ class ReplicaGroup:
         self.replicas: list[Replica] = []
         self.closed = False
         try:
-            devices = _visible_devices(device_type, size * per_replica)
+            devices = platform.visible_devices(size * per_replica)
             for index in range(size):
                 ours, theirs = ctx.Pipe()
                 # not a daemon, so that it may spawn tensor-parallel workers; it exits when told
                 # (the finalizer runs before multiprocessing joins children at exit) or at EOF
                 proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs),
                                    name=f"fastllm-dp-replica{index}")
-                with _only_devices(device_type, devices[index * per_replica:(index + 1) * per_replica]):
+                with platform.only_devices(devices[index * per_replica:(index + 1) * per_replica]):
                     proc.start()
                 theirs.close()
                 self.replicas.append(Replica(proc, ours))
@@ -184,7 +183,7 @@ class DataParallelEngine:
         self.config = config
         self.platform = select_platform(config.platform)
         self.load_format, _, self.hf_config, self.tokenizer = load_model_files(config)
-        self.runner = ReplicaGroup(config, self.platform.device.type)
+        self.runner = ReplicaGroup(config, self.platform)
         self._finalizer = weakref.finalize(self, self.runner.shutdown)
         self.max_model_len, self.dtype = self.runner.max_model_len, self.runner.dtype
         self.replicas = self.runner.replicas
@@ -260,32 +259,3 @@ class DataParallelEngine:
         if self._owner.pop(request_id, None) is not None:
             replica.owned.discard(request_id)
             replica.load.num_requests -= 1
-
-
-def _visible_devices(device_type: str, count: int) -> list[str]:
-    """The devices replicas split among them, in order; none to split on the CPU."""
-    if device_type == "cpu":
-        return [""] * count
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
-    if len(devices) < count:
-        raise ValueError(f"data_parallel_size x tensor_parallel_size x pipeline_parallel_size needs {count} "
-                         f"{device_type} devices; {len(devices)} are visible")
-    return devices
-
-
-@contextmanager
-def _only_devices(device_type: str, devices: list[str]) -> Iterator[None]:
-    """Let a replica spawned inside see only its own devices (a spawned child copies the environment)."""
-    if device_type == "cpu":
-        yield
-        return
-    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["CUDA_VISIBLE_DEVICES"]
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = previous

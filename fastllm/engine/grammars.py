@@ -1,11 +1,27 @@
-"""Advances a read step's grammars in one backend call, before its tokens are detokenized."""
+"""The engine's side of guided decoding: a read step's grammars advanced in one backend call,
+before its tokens are detokenized, and the next step's rows masked from them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from fastllm.engine.pending_step import SequenceResult
+import torch
+
 from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.structured_output.drafts import apply_grammar_masks
+from fastllm.worker.pending_step import SequenceResult
+
+
+class GrammarMasks:
+    """One step's masks (``fastllm.sampling.sampler.GrammarMask``): ``matchers`` by ``seq_id``,
+    which stay with the engine's requests, and the drafts each guided sequence verifies; the
+    runner hands over the logits."""
+
+    def __init__(self, backend: Any, matchers: dict[int, Any], drafts: Optional[dict[int, list[int]]] = None):
+        self.backend, self.matchers, self.drafts = backend, matchers, drafts or {}
+
+    def apply(self, logits: torch.Tensor, seq_ids: list[int]) -> None:
+        apply_grammar_masks(self.backend, logits, seq_ids, self.matchers, self.drafts)
 
 
 def advance_grammars(backend: Any, scheduled: list[ScheduledSequence], results: dict[int, SequenceResult]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -13,12 +13,12 @@ from fastllm import registry
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import new_detokenizer
-from fastllm.engine.grammars import advance_grammars
+from fastllm.engine.grammars import GrammarMasks, advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.request_state import RequestState, SampleState
-from fastllm.engine.pending_step import PendingStep
-from fastllm.engine.scheduler import ScheduledSequence, Scheduler
+from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
+from fastllm.engine.stats import EngineStats
 from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
@@ -27,7 +27,9 @@ from fastllm.multimodal.inputs import MultimodalInputs
 from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
+from fastllm.spec_decode.drafts import DraftRoom
 from fastllm.structured_output.drafts import clip_drafts
+from fastllm.worker.pending_step import PendingStep
 
 logger = logging.getLogger("fastllm")
 
@@ -89,10 +91,7 @@ class LLMEngine:
             checkpoint_dtype = getattr(torch, checkpoint_dtype, None)
         self.dtype = self.platform.resolve_dtype(config.dtype, checkpoint_dtype)
         self.structured_output = self._structured_output_backend()
-        if config.enable_lora and config.tensor_parallel_size > 1:
-            raise ValueError("enable_lora does not support tensor_parallel_size > 1 yet")
-        self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype,
-                                      self.structured_output)
+        self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype)
         num_blocks = self._num_kv_blocks()
         self.runner.allocate_kv_cache(num_blocks)
         logger.info("Doing profile, the total_block_num:%d (block_size %d, %d tokens)",
@@ -105,9 +104,11 @@ class LLMEngine:
         self.eos_token_ids = self._eos_token_ids()
         self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
         self.speculator = self._speculative_decoder()
+        self.drafts = DraftRoom(self.max_model_len)
         self.overlap = self._overlap_steps()
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
+        self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
         self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
                                      if config.reasoning_parser else None)
 
@@ -197,7 +198,6 @@ class LLMEngine:
                            self.max_model_len, bad_words_token_ids=bad_words, adapter_id=adapter_id,
                            cache_salt=cache_salt, multimodal=multimodal)
             if params.seed is not None:
-                seq.generator = torch.Generator(device=self.platform.device).manual_seed(params.seed + index)
                 seq.seed = params.seed + index
             if compiled is not None:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
@@ -268,13 +268,24 @@ class LLMEngine:
         if state is None:
             return None
         for sample in state.samples:
-            self._release(sample.seq)
             if not sample.seq.is_finished:
                 sample.seq.finish("abort")
+            self._release(sample.seq)
         return state.to_output()
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
+
+    def stats(self) -> EngineStats:
+        """The scheduler's, the KV cache's and the speculator's counts, for metrics."""
+        scheduler, kv_cache = self.scheduler, self.kv_cache
+        return EngineStats(
+            num_requests_running=len({seq.request_id for seq in scheduler.running}),
+            num_requests_waiting=len({seq.request_id for seq in scheduler.waiting}),
+            kv_cache_usage=kv_cache.usage(), num_free_blocks=kv_cache.num_free_blocks,
+            num_usable_blocks=kv_cache.pool.num_usable_blocks, num_preemptions=scheduler.num_preemptions,
+            spec_num_draft_tokens=self.num_draft_tokens, spec_num_accepted_tokens=self.num_accepted_tokens,
+            num_running_adapters=len({seq.adapter_id for seq in scheduler.running} - {0}))
 
     def _release(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
@@ -301,25 +312,26 @@ class LLMEngine:
         overlap again.
         """
         touched: dict[str, RequestState] = {}
-        if self.speculator is not None and self._drafts_wanted():
+        if self.speculator is not None and self.drafts.wanted(self.speculator, self.scheduler.running):
             if self.in_flight is not None:
                 touched.update(self._read(self.in_flight))
                 self.in_flight = None
-            self._propose_drafts()
+            self.drafts.propose(self.speculator, self.scheduler.running)
+            clip_drafts(self.structured_output, self.scheduler.running, self.eos_token_ids)
         previous, self.in_flight = self.in_flight, None
         out = self.scheduler.schedule()
         if not out.scheduled:
             if previous is not None:
                 touched.update(self._read(previous))
         elif not self.overlap or any(item.num_draft_tokens for item in out.scheduled):
-            touched.update(self._read(self._launch(out.scheduled, overlapped=False)))
+            touched.update(self._read(self._launch(out, overlapped=False)))
         elif previous is not None and self._samples_need_previous(out.scheduled):
             deferred: TextToDecode = []
-            self.in_flight = self._launch(out.scheduled, overlapped=True,
-                                          before_sampling=lambda: touched.update(self._read(previous, deferred)))
+            self.in_flight = self._launch(out, overlapped=True,
+                                          read_between=lambda: touched.update(self._read(previous, deferred)))
             self._detokenize(deferred)
         else:
-            self.in_flight = self._launch(out.scheduled, overlapped=True)
+            self.in_flight = self._launch(out, overlapped=True)
             if previous is not None:
                 touched.update(self._read(previous))
         return [output for output in map(self._emit, touched.values()) if output is not None]
@@ -329,8 +341,11 @@ class LLMEngine:
         """Whether a sequence samples from logits that depend on its token still in flight."""
         return any(item.seq.num_pending_tokens and item.seq.needs_host_tokens for item in scheduled)
 
-    def _launch(self, scheduled: list[ScheduledSequence], overlapped: bool,
-                before_sampling: Optional[Callable[[], None]] = None) -> InFlightStep:
+    def _launch(self, schedule: Schedule, overlapped: bool,
+                read_between: Optional[Callable[[], None]] = None) -> InFlightStep:
+        """Run the step on the runner: its forward pass, ``read_between`` (the engine reads the
+        step before there, while the device computes this one's logits), then its sampling."""
+        scheduled = schedule.scheduled
         now = time.time()
         for item in scheduled:
             metrics = self.requests[item.seq.request_id].metrics
@@ -339,21 +354,31 @@ class LLMEngine:
                 metrics.time_in_queue = now - metrics.arrival_time
         sampling = [item.seq for item in scheduled if item.samples]
         reading = 0.0
-
-        def read_previous() -> None:
-            nonlocal reading
-            begin = time.perf_counter()
-            before_sampling()
-            reading = time.perf_counter() - begin
-
         start = time.perf_counter()
-        pending = self.runner.launch(scheduled, read_previous if before_sampling else None)
+        self.runner.execute_model(schedule.output)
+        if read_between is not None:
+            begin = time.perf_counter()
+            read_between()
+            reading = time.perf_counter() - begin
+        pending = self.runner.sample_tokens(self._grammar(scheduled))
         step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading, overlapped)
         if overlapped:  # no drafts to verify: the counts advance now, the tokens stay pending
             self.scheduler.update(scheduled)
             for seq in sampling:
                 seq.num_pending_tokens += 1
         return step
+
+    def _grammar(self, scheduled: list[ScheduledSequence]) -> Optional[GrammarMasks]:
+        """The masks of the step's live guided sequences, with the drafts each verifies; a
+        sequence that a token read after its step was queued finished samples a discarded
+        token: its grammar may be complete, so it is not masked."""
+        guided = [item for item in scheduled if item.samples and item.seq.structured_state is not None
+                  and not item.seq.is_finished]
+        if not guided:
+            return None
+        return GrammarMasks(self.structured_output, {item.seq.seq_id: item.seq.structured_state for item in guided},
+                            {item.seq.seq_id: item.seq.draft_token_ids[:item.num_draft_tokens]
+                             for item in guided if item.num_draft_tokens})
 
     def _read(self, step: InFlightStep, deferred: Optional[TextToDecode] = None) -> dict[str, RequestState]:
         """Read a launched step's tokens and hand them to their requests; return those requests.
@@ -393,9 +418,7 @@ class LLMEngine:
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
-            seq.check_stop()
-            if not seq.is_finished and result.grammar_terminated and i == last:
-                seq.finish("stop")
+            seq.check_stop(result.grammar_terminated and i == last)
             if deferred is None:
                 state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
             else:
@@ -407,6 +430,8 @@ class LLMEngine:
             metrics.num_draft_tokens += item.num_draft_tokens
             metrics.num_accepted_tokens += result.num_accepted_drafts
             metrics.num_spec_steps += item.num_draft_tokens > 0
+            self.num_draft_tokens += item.num_draft_tokens
+            self.num_accepted_tokens += result.num_accepted_drafts
             self.speculator.on_step(seq, item.num_draft_tokens, result.num_accepted_drafts)
         if seq.is_finished:
             self._release(seq)
@@ -432,36 +457,6 @@ class LLMEngine:
             state.skip_output()
             return None
         return state.to_output()
-
-    def _draft_room(self) -> Iterator[tuple[Sequence, int]]:
-        """Each running sequence whose next step decodes, with the most drafts that step may
-        verify (>= 1, before max_tokens / max_model_len); a token pending on the device counts
-        as known."""
-        for seq in self.scheduler.running:
-            num_tokens = seq.num_tokens + seq.num_pending_tokens
-            if seq.num_computed_tokens != num_tokens - 1:
-                continue
-            left = self.max_model_len - num_tokens - 1
-            max_tokens = seq.sampling_params.max_tokens
-            if max_tokens is not None:
-                left = min(left, max_tokens - len(seq.output_token_ids) - seq.num_pending_tokens - 1)
-            if left > 0:
-                yield seq, left
-
-    def _drafts_wanted(self) -> bool:
-        """Whether some sequence would verify drafts next step; asked before the step in flight is
-        read. A sequence still holding drafts (its last step had no room for it) counts; a
-        decoder without ``wants_drafts`` is taken to want them every step."""
-        wants = getattr(self.speculator, "wants_drafts", None)
-        return any(seq.draft_token_ids or wants is None or wants(seq) for seq, _ in self._draft_room())
-
-    def _propose_drafts(self) -> None:
-        """Drafts continue a sequence's latest token, so one still pending on the device gets none."""
-        candidates = [(seq, room) for seq, room in self._draft_room() if not seq.num_pending_tokens]
-        if candidates:
-            seqs, room = zip(*candidates)
-            self.speculator.propose(list(seqs), list(room))
-            clip_drafts(self.structured_output, seqs, self.eos_token_ids)
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

@@ -1,4 +1,5 @@
-"""Continuous batching: one token budget shared by decodes and (chunked) prefills, FCFS."""
+"""Continuous batching: one token budget shared by decodes and (chunked) prefills, FCFS; each
+step also as plain data for the runner (``SchedulerOutput``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Optional
 
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.sequence import Sequence, SequenceStatus
+from fastllm.worker.scheduler_output import NewSequence, SchedulerOutput
 
 
 @dataclass
@@ -27,9 +29,12 @@ class ScheduledSequence:
 
 
 @dataclass
-class SchedulerOutput:
+class Schedule:
+    """One step on the engine's side (live sequences) and, in ``output``, for the runner."""
+
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    output: SchedulerOutput = field(default_factory=SchedulerOutput)
 
     @property
     def num_tokens(self) -> int:
@@ -57,12 +62,13 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self._finished_ids: list[int] = []  # for the runner to forget, held until a step carries them
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+    def schedule(self) -> Schedule:
+        out = Schedule()
         budget = self.max_num_batched_tokens
         scheduled_running: list[Sequence] = []
         adapters: set[int] = set()
@@ -97,6 +103,29 @@ class Scheduler:
                                             and s.status is SequenceStatus.RUNNING]
         if not out.preempted:
             self._admit_waiting(out, budget, adapters)
+        if out.scheduled:
+            out.output = self._runner_view(out.scheduled)
+        return out
+
+    def _runner_view(self, scheduled: list[ScheduledSequence]) -> SchedulerOutput:
+        """The step as plain data: sequences new to the runner in full, the others as changes."""
+        seqs = [item.seq for item in scheduled]
+        out = SchedulerOutput([seq.seq_id for seq in seqs], [item.num_new_tokens for item in scheduled],
+                              [seq.num_computed_tokens for seq in seqs], finished_seq_ids=self._finished_ids)
+        self._finished_ids = []
+        for item, seq in zip(scheduled, seqs):
+            if not seq.in_runner:
+                seq.in_runner = True
+                out.new_seqs.append(NewSequence(seq.seq_id, seq.request_id, seq.index, seq.prompt_token_ids,
+                                                seq.sampling_params, seq.seed, seq.eos_token_ids,
+                                                seq.bad_words_token_ids, seq.adapter_id, seq.multimodal))
+            elif not seq.num_runner_blocks:  # preempted since the runner last saw it
+                out.resumed_seq_ids.append(seq.seq_id)
+            if len(seq.block_table) != seq.num_runner_blocks:
+                out.new_block_ids[seq.seq_id] = seq.block_table[seq.num_runner_blocks:]
+                seq.num_runner_blocks = len(seq.block_table)
+            if item.num_draft_tokens:
+                out.draft_token_ids[seq.seq_id] = seq.draft_token_ids[: item.num_draft_tokens]
         return out
 
     def _adapter_fits(self, seq: Sequence, adapters: set[int]) -> bool:
@@ -143,6 +172,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         """Free a running sequence's blocks; it goes back to the head of the queue to recompute."""
         self.kv_cache.free(seq)
+        seq.num_runner_blocks = 0
         seq.num_computed_tokens = 0
         seq.draft_token_ids = []
         seq.status = SequenceStatus.WAITING
@@ -164,11 +194,12 @@ class Scheduler:
             self.kv_cache.cache_computed_blocks(seq)
 
     def finish(self, seq: Sequence) -> None:
-        """Release a finished (or aborted) sequence wherever it is."""
+        """Release a finished (or aborted) sequence wherever it is; the runner forgets it next step."""
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.kv_cache.free(seq)
-        if not seq.is_finished:
-            seq.finish("abort")
+        if seq.in_runner:
+            self._finished_ids.append(seq.seq_id)
+            seq.in_runner = False

@@ -8,8 +8,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import torch
-
 from fastllm.outputs import Logprobs
 from fastllm.sampling_params import SamplingParams
 
@@ -49,8 +47,9 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)
     draft_token_ids: list[int] = field(default_factory=list)
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
-    generator: Optional[torch.Generator] = None  # the torch sampler's, for a request with a seed
-    seed: int = field(default_factory=lambda: random.getrandbits(62))  # the Triton sampler's
+    seed: int = field(default_factory=lambda: random.getrandbits(62))  # the sampler's, see NewSequence
+    in_runner: bool = False  # the runner holds its state (from its first step until it finishes)
+    num_runner_blocks: int = 0  # how many of ``block_table`` the runner has been sent
     output_logprobs: list[Logprobs] = field(default_factory=list)
     cumulative_logprob: float = 0.0
     prompt_logprobs: list[Optional[Logprobs]] = field(default_factory=list)
@@ -63,22 +62,8 @@ class Sequence:
     multimodal: Any = None  # fastllm.multimodal.inputs.MultimodalInputs of an image/video prompt
 
     @property
-    def position_delta(self) -> int:
-        """What a multimodal prompt's rotary positions add to the index of each later token."""
-        return self.multimodal.position_delta if self.multimodal is not None else 0
-
-    @property
     def token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
-
-    def token_slice(self, start: int, end: int) -> list[int]:
-        """``token_ids[start:end]`` without building the whole list."""
-        n = len(self.prompt_token_ids)
-        if start >= n:
-            return self.output_token_ids[start - n:end - n]
-        if end <= n:
-            return self.prompt_token_ids[start:end]
-        return self.prompt_token_ids[start:] + self.output_token_ids[:end - n]
 
     @property
     def num_tokens(self) -> int:
@@ -113,8 +98,9 @@ class Sequence:
     def append_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
 
-    def check_stop(self) -> None:
-        """Finish on eos, a stop token, max_tokens or max_model_len (stop strings: the output processor)."""
+    def check_stop(self, grammar_terminated: bool = False) -> None:
+        """Finish on eos, a stop token, max_tokens, max_model_len or a completed grammar: every
+        finish a token decides (stop strings: the output processor; aborts: the engine)."""
         params = self.sampling_params
         num_output = len(self.output_token_ids)
         token = self.output_token_ids[-1]
@@ -129,6 +115,8 @@ class Sequence:
             self.finish("length")
         elif self.num_tokens >= self.max_model_len:
             self.finish("length")
+        elif grammar_terminated:
+            self.finish("stop")
 
     def finish(self, reason: str, stop_reason: Optional[int | str] = None) -> None:
         self.status = SequenceStatus.FINISHED

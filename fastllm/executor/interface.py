@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
-from fastllm.engine.pending_step import PendingStep
-from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.sampling.sampler import GrammarMask
+from fastllm.worker.pending_step import PendingStep
+from fastllm.worker.scheduler_output import SchedulerOutput
 
 
 class Executor(Protocol):
@@ -16,15 +17,17 @@ class Executor(Protocol):
     """
 
     overlaps_steps: bool
-    """Whether ``launch`` returns before the device has run the step, so that the engine gains
-    by preparing the next step before it reads this one's tokens."""
+    """Whether a step returns before the device has run it, so that the engine gains by
+    preparing the next step before it reads this one's tokens."""
 
-    def launch(self, scheduled: list[ScheduledSequence],
-               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
-        """Queue one step; its ``results()`` are the new tokens (and logprobs) keyed by ``seq_id``.
+    def execute_model(self, scheduler_output: SchedulerOutput) -> None:
+        """Queue one step's forward pass and the logits it samples from."""
+        ...
 
-        ``before_sampling`` is called once, after the step's forward pass is queued and before
-        its sampling rows are built from the sequences' host state."""
+    def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
+        """Queue the sampling of the step ``execute_model`` queued; its ``results()`` are the new
+        tokens (and logprobs) keyed by ``seq_id``. The engine may read the previous step
+        between the two calls: the sampling rows see the tokens read."""
         ...
 
     def bytes_per_block(self) -> int:

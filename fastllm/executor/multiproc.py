@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import free_tcp_port
-from fastllm.engine.input_batch import ModelInputs
-from fastllm.engine.model_runner import ModelRunner
-from fastllm.engine.pending_step import PendingStep
-from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.executor.mirrored_adapters import MirroredAdapters
 from fastllm.executor.step_wire import encode_forward
 from fastllm.executor.worker import WorkerSpec
 from fastllm.executor.worker_group import WorkerGroup
 from fastllm.multimodal.inputs import StepMultimodal
+from fastllm.sampling.sampler import GrammarMask
+from fastllm.worker.input_batch import ModelInputs
+from fastllm.worker.model_runner import ModelRunner
+from fastllm.worker.pending_step import PendingStep
+from fastllm.worker.scheduler_output import SchedulerOutput
 
 
 class DriverRunner(ModelRunner):
@@ -31,6 +33,8 @@ class DriverRunner(ModelRunner):
     def __init__(self, workers: WorkerGroup, *args: Any):
         self.workers = workers
         super().__init__(*args)
+        if self.adapters is not None:
+            self.adapters = MirroredAdapters(self.adapters, workers)
 
     def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         """The workers get the step from host memory (no wait for the device) and its tokens by broadcast."""
@@ -50,36 +54,45 @@ class MultiprocExecutor:
     Workers stop when the executor is shut down, garbage-collected, or the interpreter exits.
     """
 
-    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
-                 dtype: torch.dtype, structured_output: Any = None):
-        world = config.tensor_parallel_size * config.pipeline_parallel_size
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype):
         _check_heads(hf_config, config.tensor_parallel_size)
-        _check_device_count(platform.device, world)
-        init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
-        specs = [WorkerSpec(rank, world, init_method, platform.dist_backend, platform.name,
-                            platform.device.type, config, hf_config, loader, dtype)
-                 for rank in range(1, world)]
         self.platform, self.config = platform, config
         self.overlaps_steps = platform.overlaps_steps  # sampled tokens reach workers device to device
-        self.workers = WorkerGroup(specs, platform.device)
+        self.workers = self._start_workers(hf_config, loader, dtype)
         self._runners: list[ModelRunner] = []  # filled once built: the finalizer must not hold self
         self._finalizer = weakref.finalize(self, _shut_down, self.workers, self._runners)
         try:
-            self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype,
-                                       structured_output)
+            self.runner = DriverRunner(self.workers, config, hf_config, platform, loader, dtype)
             self._runners.append(self.runner)
+            self.adapters = self.runner.adapters
             self.workers.gather()  # every rank has built its shard
         except BaseException:
             self.shutdown()
             raise
 
-    def launch(self, scheduled: list[ScheduledSequence],
-               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
+    def _start_workers(self, hf_config: Any, loader: Any, dtype: torch.dtype) -> WorkerGroup:
+        """Ranks 1..N-1 as processes of this host; rank ``r`` uses device ``r``."""
+        world = self.config.tensor_parallel_size * self.config.pipeline_parallel_size
+        _check_device_count(self.platform.device, world)
+        return WorkerGroup(self._worker_specs(f"tcp://127.0.0.1:{free_tcp_port()}", hf_config, loader, dtype),
+                           self.platform.device)
+
+    def _worker_specs(self, init_method: str, hf_config: Any, loader: Any, dtype: torch.dtype,
+                      device_index: Optional[int] = None) -> list[WorkerSpec]:
+        world = self.config.tensor_parallel_size * self.config.pipeline_parallel_size
+        return [WorkerSpec(rank, world, init_method, self.platform.dist_backend, self.platform.name,
+                           self.platform.device.type, self.config, hf_config, loader, dtype, device_index)
+                for rank in range(1, world)]
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> None:
         try:
-            return self.runner.launch(scheduled, before_sampling)
+            self.runner.execute_model(scheduler_output)
         except Exception:
             self.workers.check()  # a dead worker explains a failed collective better than gloo does
             raise
+
+    def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
+        return self.runner.sample_tokens(grammar)  # no collective: rank 0 samples for everyone
 
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()  # every rank holds the same number of KV heads

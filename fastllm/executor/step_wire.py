@@ -1,4 +1,4 @@
-"""One forward step as plain lists: what rank 0 sends its workers instead of Sequence objects.
+"""One forward step as plain lists: the packed form of a SchedulerOutput that rank 0 sends its workers.
 
 Lists of ints pickle far faster than small torch tensors (whose pickling goes through
 torch.save) and carry no device, so each worker rebuilds the tensors on its own GPU. The

@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import tp_size
-from fastllm.engine.model_runner import ModelRunner
-from fastllm.engine.pending_step import PendingStep
-from fastllm.engine.scheduler import ScheduledSequence
+from fastllm.sampling.sampler import GrammarMask
+from fastllm.worker.model_runner import ModelRunner
+from fastllm.worker.pending_step import PendingStep
+from fastllm.worker.scheduler_output import SchedulerOutput
 
 
 class UniprocExecutor:
-    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
-                 dtype: torch.dtype, structured_output: Any = None):
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype):
         if tp_size() != 1:
             raise RuntimeError(f"torch.distributed's default group has {tp_size()} ranks in this process, "
                                "so the layers would shard over it: shut the tensor-parallel LLM down "
                                "before building a single-process one")
-        self.runner = ModelRunner(config, hf_config, platform, loader, dtype, structured_output)
+        self.runner = ModelRunner(config, hf_config, platform, loader, dtype)
         self.adapters = self.runner.adapters
         self.overlaps_steps = platform.overlaps_steps
 
-    def launch(self, scheduled: list[ScheduledSequence],
-               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
-        return self.runner.launch(scheduled, before_sampling)
+    def execute_model(self, scheduler_output: SchedulerOutput) -> None:
+        self.runner.execute_model(scheduler_output)
+
+    def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
+        return self.runner.sample_tokens(grammar)
 
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()

@@ -20,7 +20,7 @@ from fastllm import registry
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import broadcast_input_ids
 from fastllm.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
-from fastllm.engine.model_runner import ModelRunner
+from fastllm.worker.model_runner import ModelRunner
 from fastllm.executor.step_wire import Wire, decode_forward
 
 SHUTDOWN = "shutdown"
@@ -40,6 +40,7 @@ class WorkerSpec:
     hf_config: Any
     loader: Any
     dtype: torch.dtype
+    device_index: Optional[int] = None  # None: the rank (every rank on this host)
 
 
 class Worker:
@@ -47,17 +48,24 @@ class Worker:
 
     def __init__(self, spec: WorkerSpec):
         if spec.device_type != "cpu":
-            torch.get_device_module(spec.device_type).set_device(spec.rank)  # rank r uses device r
+            torch.get_device_module(spec.device_type).set_device(
+                spec.rank if spec.device_index is None else spec.device_index)
         self.platform = registry.get("platforms", spec.platform_name)()
         self.config = spec.config
         init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device,
-                             spec.config.pipeline_parallel_size)
+                             spec.config.pipeline_parallel_size, spec.config.enable_expert_parallel)
         self.runner = ModelRunner(spec.config, spec.hf_config, self.platform, spec.loader, spec.dtype)
         self.hidden: Optional[torch.Tensor] = None
 
     def forward(self, wire: Wire) -> None:
         input_ids, positions, meta, multimodal = decode_forward(wire, self.runner.device)
         self.hidden = self.runner.forward(broadcast_input_ids(input_ids), positions, meta, multimodal)
+
+    def adapter_call(self, method: str, *args: Any) -> None:
+        """Rank 0's adapter manager call (``MirroredAdapters``); a step's batch is kept for its forward."""
+        result = getattr(self.runner.adapters, method)(*args)
+        if method == "prepare_step":
+            self.runner.adapter_batch = result
 
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)

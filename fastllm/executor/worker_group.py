@@ -35,7 +35,6 @@ class WorkerGroup:
     """
 
     def __init__(self, specs: list[WorkerSpec], device: torch.device):
-        ctx = mp.get_context("spawn")
         self.procs: list[mp.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self.error: Optional[str] = None
@@ -43,22 +42,27 @@ class WorkerGroup:
         self._lock = threading.Lock()
         self._threads = torch.get_num_threads()  # rank 0 takes a share of the cores while the group lives
         try:
-            for spec in specs:
-                ours, theirs = ctx.Pipe()
-                proc = ctx.Process(target=run_worker, args=(spec, theirs), name=f"fastllm-tp-rank{spec.rank}",
-                                   daemon=True)
-                proc.start()
-                theirs.close()
-                self.procs.append(proc)
-                self.conns.append(ours)
+            self._start(specs)
             threading.Thread(target=self._watch, name="fastllm-tp-watch", daemon=True).start()
             self.gather()  # every worker got past its imports: joining the group cannot wait on a corpse
             first = specs[0]
             init_tensor_parallel(0, first.world_size, first.init_method, first.backend, device,
-                                 first.config.pipeline_parallel_size)
+                                 first.config.pipeline_parallel_size, first.config.enable_expert_parallel)
         except BaseException:
             self.shutdown()
             raise
+
+    def _start(self, specs: list[WorkerSpec]) -> None:
+        """Start the workers, appending each one's process and rank 0's end of its connection."""
+        ctx = mp.get_context("spawn")
+        for spec in specs:
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=run_worker, args=(spec, theirs), name=f"fastllm-tp-rank{spec.rank}",
+                               daemon=True)
+            proc.start()
+            theirs.close()
+            self.procs.append(proc)
+            self.conns.append(ours)
 
     # ---- calls ----------------------------------------------------------------------------
     def call(self, method: str, *args: Any) -> None:

@@ -6,8 +6,10 @@ beside the routed ones. Expert weights are stacked so that a grouped kernel read
 one tensor: ``w13 [E, 2 * I, H]`` (each expert's gate rows, then its up rows) and
 ``w2 [E, H, I]``. Tensor parallelism shards every expert's intermediate dimension (w13 by
 rows, w2 by columns) and sums the ranks' partial outputs once, after the weighted combine.
-Expert parallelism is a placement: ``expert_ids`` names the global experts this rank holds,
-and the loader fills only those.
+Expert parallelism (``enable_expert_parallel``) is a placement instead: each tensor-parallel
+rank holds ``E / ranks`` experts whole (``expert_ids``, the only ones the loader fills), runs
+every token's routes to them, and the same sum adds the ranks' parts (every rank sees every
+token, so no all-to-all is needed).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
+from fastllm.distributed.parallel_state import all_reduce, ep_rank, ep_size, tp_rank, tp_size
 from fastllm.layers.fused import current_kernels
 
 ACTIVATIONS = {"silu": F.silu}
@@ -28,27 +30,37 @@ ACTIVATIONS = {"silu": F.silu}
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", w13_scale: Optional[torch.Tensor] = None,
-                  w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None) -> torch.Tensor:
+                  w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None,
+                  w13_zero: Optional[torch.Tensor] = None, w2_zero: Optional[torch.Tensor] = None,
+                  book: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
     first dimension. ``w13_scale [E, 2I]`` / ``w2_scale [E, H]``: the weights are float8 with
-    these per-channel scales (fp8 experts). ``kernels`` (the layer's, see ``fastllm.layers.fused``)
-    runs it where it has ``fused_experts``; the torch reference below runs anywhere.
+    these per-channel scales (fp8 experts). 4-bit experts: uint8 weights of two codes a byte
+    (the even input in the low nibble) with scales ``[E, rows, K / group]`` and either zeros of
+    that shape (int4: ``(code - zero) * scale``) or a 16-value code ``book`` (nf4: ``book[code] *
+    scale``). ``kernels`` (the layer's, see ``fastllm.layers.fused``) runs it where it has
+    ``fused_experts``; the torch reference below runs anywhere.
     """
     if kernels is not None and hasattr(kernels, "fused_experts"):
-        scales = {} if w13_scale is None else {"w13_scale": w13_scale, "w2_scale": w2_scale}
-        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation, **scales)
-    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale)
+        formats = {"w13_scale": w13_scale, "w2_scale": w2_scale, "w13_zero": w13_zero, "w2_zero": w2_zero,
+                   "book": book}
+        return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation,
+                                     **{name: value for name, value in formats.items() if value is not None})
+    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale,
+                                   w13_zero, w2_zero, book)
 
 
 def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                             topk_weights: torch.Tensor, topk_ids: torch.Tensor, activation: str = "silu",
                             w13_scale: Optional[torch.Tensor] = None,
-                            w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                            w2_scale: Optional[torch.Tensor] = None, w13_zero: Optional[torch.Tensor] = None,
+                            w2_zero: Optional[torch.Tensor] = None,
+                            book: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Sort the (token, slot) pairs by expert, run each expert that received any on its tokens
     in one matmul pair, and add the weighted results back in ascending expert order (as HF does).
-    Scaled (fp8) experts are dequantized one at a time."""
+    Quantized (fp8, 4-bit) experts are dequantized one at a time."""
     act = ACTIVATIONS[activation]
     k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()
@@ -63,17 +75,33 @@ def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.T
         slots = order[start:start + count]
         start += count
         tokens = slots // k
-        gate, up = F.linear(hidden[tokens], _expert_weight(w13, w13_scale, expert, hidden.dtype)).chunk(2, dim=-1)
-        y = F.linear(act(gate) * up, _expert_weight(w2, w2_scale, expert, hidden.dtype))
+        gate, up = F.linear(hidden[tokens], _expert_weight(w13, w13_scale, w13_zero, book, expert,
+                                                           hidden.dtype)).chunk(2, dim=-1)
+        y = F.linear(act(gate) * up, _expert_weight(w2, w2_scale, w2_zero, book, expert, hidden.dtype))
         out.index_add_(0, tokens, y * flat_weights[slots, None].to(y.dtype))
     return out
 
 
-def _expert_weight(weights: torch.Tensor, scale: Optional[torch.Tensor], expert: int,
-                   dtype: torch.dtype) -> torch.Tensor:
+def _expert_weight(weights: torch.Tensor, scale: Optional[torch.Tensor], zero: Optional[torch.Tensor],
+                   book: Optional[torch.Tensor], expert: int, dtype: torch.dtype) -> torch.Tensor:
     if scale is None:
         return weights[expert]
-    return (weights[expert].float() * scale[expert, :, None]).to(dtype)
+    if weights.dtype != torch.uint8:
+        return (weights[expert].float() * scale[expert, :, None]).to(dtype)
+    packed = weights[expert]
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2).unflatten(-1, (scale.shape[-1], -1))
+    values = book.float()[codes.long()] if zero is None else codes.float() - zero[expert, ..., None].float()
+    return (values * scale[expert, ..., None].float()).flatten(-2).to(dtype)
+
+
+def local_routes(topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                 expert_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Routes as indices into this rank's experts (expert parallelism). A route to another rank's
+    expert keeps its slot, on local expert 0 with weight 0: the grouped kernels take a fixed
+    ``[T, k]`` (no host sync, capturable), and the weighted sum is unchanged."""
+    local = expert_map[topk_ids]
+    elsewhere = local < 0
+    return topk_weights.masked_fill(elsewhere, 0.0), local.masked_fill(elsewhere, 0)
 
 
 class TopKRouter(nn.Module):
@@ -127,29 +155,46 @@ class FusedMoE(nn.Module):
     def __init__(self, router: TopKRouter, intermediate_size: int, shared_experts: Optional[nn.Module] = None,
                  activation: str = "silu"):
         super().__init__()
-        if intermediate_size % tp_size():
+        self.num_experts, hidden_size = router.weight.shape
+        # each expert's intermediate features are sliced over the ranks, or (EP) not at all
+        self.slices, self.slice_rank = (1, 0) if ep_size() > 1 else (tp_size(), tp_rank())
+        if intermediate_size % self.slices:
             raise ValueError(f"{intermediate_size} expert intermediate features cannot be split over "
                              f"tensor_parallel_size={tp_size()}")
+        if self.num_experts % ep_size():
+            raise ValueError(f"{self.num_experts} experts cannot be placed over tensor_parallel_size={ep_size()} "
+                             "with enable_expert_parallel")
         if activation not in ACTIVATIONS:
             raise ValueError(f"expert activation {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
-        self.num_experts, hidden_size = router.weight.shape
         self.activation = activation
-        self.expert_ids = list(range(self.num_experts))  # the global experts held here (all, without EP)
+        per_rank = self.num_experts // ep_size()
+        self.expert_ids = list(range(ep_rank() * per_rank, (ep_rank() + 1) * per_rank))  # global experts held here
+        self.expert_map: Optional[torch.Tensor] = None  # EP: global expert -> index here, -1 if elsewhere
+        if ep_size() > 1:
+            self.expert_map = torch.full((self.num_experts,), -1, dtype=torch.long)
+            self.expert_map[self.expert_ids] = torch.arange(per_rank)
         self.gate = router
-        shard = intermediate_size // tp_size()
+        shard = intermediate_size // self.slices
         self.w13 = nn.Parameter(torch.empty(len(self.expert_ids), 2 * shard, hidden_size), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(len(self.expert_ids), hidden_size, shard), requires_grad=False)
         self.w13.weight_loader = self.w2.weight_loader = self.weight_loader
-        # per-channel scales of fp8 experts (the quant plugin's fp8 method sets them)
+        # per-channel scales of fp8 experts, group scales (and zeros, or a code book) of 4-bit
+        # ones (the quant plugin's methods set them)
         self.register_parameter("w13_scale", None)
         self.register_parameter("w2_scale", None)
+        self.register_parameter("w13_zero", None)
+        self.register_parameter("w2_zero", None)
+        self.register_parameter("book", None)
         self.shared_experts = shared_experts
         self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden)
+        if self.expert_map is not None:
+            topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
         out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation,
-                                       self.w13_scale, self.w2_scale, self.kernels))
+                                       self.w13_scale, self.w2_scale, self.kernels, self.w13_zero, self.w2_zero,
+                                       self.book))
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out
@@ -157,7 +202,7 @@ class FusedMoE(nn.Module):
     # ---- loading ----------------------------------------------------------------------------
     def checkpoint_shapes(self, param: nn.Parameter) -> list[tuple[object, tuple[int, ...]]]:
         """``(shard_id, unsharded shape)`` of the checkpoint tensors ``param`` loads (dummy weights)."""
-        experts, hidden, shard = self.num_experts, self.w2.shape[1], self.w2.shape[2] * tp_size()
+        experts, hidden, shard = self.num_experts, self.w2.shape[1], self.w2.shape[2] * self.slices
         if param is self.w13:
             return [("gate_up", (experts, 2 * shard, hidden))]
         return [("down", (experts, hidden, shard))]
@@ -179,13 +224,13 @@ class FusedMoE(nn.Module):
     def _load_expert(self, param: nn.Parameter, loaded: torch.Tensor, expert: int, proj: str) -> None:
         if expert not in self.expert_ids:
             return
-        target = param.data[self.expert_ids.index(expert)]
+        target = param.data[expert - self.expert_ids[0]]
         shard = self.w2.shape[2]
         if proj == "down":
-            target.copy_(loaded.narrow(1, tp_rank() * shard, shard))
+            target.copy_(loaded.narrow(1, self.slice_rank * shard, shard))
         else:
             offset = 0 if proj == "gate" else shard
-            target.narrow(0, offset, shard).copy_(loaded.narrow(0, tp_rank() * shard, shard))
+            target.narrow(0, offset, shard).copy_(loaded.narrow(0, self.slice_rank * shard, shard))
 
 
 _PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")

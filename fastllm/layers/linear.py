@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
+from fastllm.layers.fused import current_kernels
 
 
 class LinearBase(nn.Module):
@@ -29,6 +30,7 @@ class LinearBase(nn.Module):
             self.bias.weight_loader = self.weight_loader
         else:
             self.register_parameter("bias", None)
+        self.kernels = current_kernels()
 
     def shard_slices(self) -> dict[object, tuple[int, int]]:
         """Where each checkpoint shard lands in this rank's output rows: ``shard_id -> (offset, size)``.
@@ -45,7 +47,13 @@ class LinearBase(nn.Module):
         param.data.copy_(loaded)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.product(x, self.bias)
+
+    def product(self, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """``x W^T + bias`` through the platform's kernel (a dependent-launch GEMV at batch 1), or torch."""
+        if self.kernels is None:
+            return F.linear(x, self.weight, bias)
+        return self.kernels.linear(x, self.weight, bias)
 
 
 class ReplicatedLinear(LinearBase):
@@ -118,8 +126,7 @@ class RowParallelLinear(LinearBase):
             super().weight_loader(param, loaded, shard_id)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias if tp_rank() == 0 else None)
-        return all_reduce(y)
+        return all_reduce(self.product(x, self.bias if tp_rank() == 0 else None))
 
 
 def _check_divisible(size: int, what: str) -> None:

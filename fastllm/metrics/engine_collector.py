@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fastllm.engine.async_llm import EngineStats
+from fastllm.engine.stats import EngineStats
 
 
 class EngineStatsCollector(Collector):

@@ -10,6 +10,9 @@ import torch
 class CausalLM(Protocol):
     """Built as ``cls(hf_config)`` on the target device and dtype; weights arrive later."""
 
+    config: Any
+    """The HF config it was built from (quantizers' calibration reads its vocabulary size)."""
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Packed tokens ``[T]`` and their positions ``[T]`` -> hidden states ``[T, hidden]``."""
         ...

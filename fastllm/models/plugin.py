@@ -2,6 +2,7 @@
 
 from fastllm.models.ernie4_5 import Ernie4_5ForCausalLM
 from fastllm.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM
+from fastllm.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fastllm.models.llama import LlamaForCausalLM
 from fastllm.models.mixtral import MixtralForCausalLM
 from fastllm.models.qwen2 import Qwen2ForCausalLM
@@ -25,4 +26,5 @@ def register_models():
         "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
         "Qwen2VLForConditionalGeneration": Qwen2VLForConditionalGeneration,
         "Qwen2_5_VLForConditionalGeneration": Qwen2VLForConditionalGeneration,
+        "Ernie4_5_VLMoeForConditionalGeneration": Ernie4_5_VLMoeForConditionalGeneration,
     }

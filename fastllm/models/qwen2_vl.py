@@ -20,6 +20,18 @@ from fastllm.multimodal.inputs import MultimodalItem, StepMultimodal
 DEFAULT_MROPE_SECTION = [16, 24, 24]
 
 
+def multimodal_forward(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
+                       multimodal: Optional[StepMultimodal]) -> torch.Tensor:
+    """The language model over one step; with ``multimodal``, the encoder's rows replace the
+    placeholder tokens' embeddings and its M-RoPE positions replace ``positions``."""
+    if multimodal is None:
+        return model(input_ids, positions)
+    embeds = model.embed_tokens(input_ids)
+    if multimodal.rows.numel():
+        embeds = embeds.index_put((multimodal.rows,), multimodal.embeds.to(embeds.dtype))
+    return model(input_ids, multimodal.positions, inputs_embeds=embeds)
+
+
 class Qwen2VLAttention(Qwen2Attention):
     def __init__(self, config: Any, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -48,12 +60,7 @@ class Qwen2VLForConditionalGeneration(Qwen2ForCausalLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
-        if multimodal is None:
-            return self.model(input_ids, positions)
-        embeds = self.model.embed_tokens(input_ids)
-        if multimodal.rows.numel():
-            embeds = embeds.index_put((multimodal.rows,), multimodal.embeds.to(embeds.dtype))
-        return self.model(input_ids, multimodal.positions, inputs_embeds=embeds)
+        return multimodal_forward(self.model, input_ids, positions, multimodal)
 
     def encode_multimodal(self, item: MultimodalItem) -> torch.Tensor:
         """An image's or video's placeholder embeddings, ``[item.length, hidden]``."""

@@ -47,14 +47,26 @@ class VisionAttention(nn.Module):
         self.qkv = nn.Linear(dim, dim * 3)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, cu_seqlens: list[int], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, segments: list[torch.Tensor], cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        """``segments``: ``segments_by_length``'s rows; attention stays within each segment."""
         q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).unbind(1)
         q, k = ((t.float() * cos + rotate_half(t.float()) * sin).to(x.dtype) for t in (q, k))
         out = torch.empty_like(q)
-        for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:]):
-            segment = [t[start:end].transpose(0, 1) for t in (q, k, v)]
-            out[start:end] = F.scaled_dot_product_attention(*segment).transpose(0, 1)
+        for index in segments:  # [n, L]: n segments of L patches
+            segment = [t[index].transpose(1, 2) for t in (q, k, v)]  # [n, heads, L, head_dim]
+            out[index] = F.scaled_dot_product_attention(*segment).transpose(1, 2)
         return self.proj(out.flatten(1))
+
+
+def segments_by_length(cu_seqlens: list[int], device: torch.device) -> list[torch.Tensor]:
+    """The rows of each segment ``[cu_seqlens[i], cu_seqlens[i + 1])``, segments of one length
+    stacked ``[n, L]``: one attention call per length rather than per window or frame."""
+    starts: dict[int, list[int]] = {}
+    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:]):
+        if end > start:
+            starts.setdefault(end - start, []).append(start)
+    return [(torch.tensor(firsts)[:, None] + torch.arange(length)).to(device) for length, firsts in starts.items()]
 
 
 class VisionMLP(nn.Module):
@@ -83,8 +95,9 @@ class VisionBlock(nn.Module):
         self.attn = VisionAttention(dim, num_heads)
         self.mlp = mlp
 
-    def forward(self, x: torch.Tensor, cu_seqlens: list[int], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), cu_seqlens, cos, sin)
+    def forward(self, x: torch.Tensor, segments: list[torch.Tensor], cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), segments, cos, sin)
         return x + self.mlp(self.norm2(x))
 
 
@@ -110,6 +123,22 @@ def patch_positions(grid_thw: list[tuple[int, int, int]], merge: int) -> torch.T
         hw = torch.stack([p.reshape(shape).transpose(1, 2).flatten() for p in (hpos, wpos)], dim=-1)
         rows.append(hw.repeat(t, 1))
     return torch.cat(rows)
+
+
+def rotary_angles(grid_thw: list[tuple[int, int, int]], merge: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """``[N, head_dim]`` rotary angles of each patch: its row turns the first half's frequencies,
+    its column the second's, both repeated for NeoX-style halves."""
+    angles = (patch_positions(grid_thw, merge).to(inv_freq.device)[..., None].float() * inv_freq).flatten(1)
+    return torch.cat([angles, angles], dim=-1)
+
+
+def frame_bounds(grid_thw: list[tuple[int, int, int]]) -> list[int]:
+    """Cumulative patch counts of every frame of every item: attention stays within one."""
+    bounds = [0]
+    for t, h, w in grid_thw:
+        for _ in range(t):
+            bounds.append(bounds[-1] + h * w)
+    return bounds
 
 
 def window_index(grid_thw: list[tuple[int, int, int]], merge: int, window: int) -> tuple[torch.Tensor, list[int]]:
@@ -164,15 +193,12 @@ class VisionTransformer(nn.Module):
     def forward(self, pixels: torch.Tensor, grid_thw: list[tuple[int, int, int]]) -> torch.Tensor:
         """Patches of one or more items -> their merged tokens ``[sum(t*h*w) / merge^2, out_dim]``."""
         x = self.patch_embed(pixels)
-        angles = (patch_positions(grid_thw, self.merge).to(x.device)[..., None].float() * self.inv_freq).flatten(1)
-        angles = torch.cat([angles, angles], dim=-1)
-        full = [0]  # attention stays within one frame of one item
-        for t, h, w in grid_thw:
-            for _ in range(t):
-                full.append(full[-1] + h * w)
+        angles = rotary_angles(grid_thw, self.merge, self.inv_freq)
+        full = segments_by_length(frame_bounds(grid_thw), x.device)
         unit, order, windows = self.merge ** 2, None, full
         if self.window:
-            order, windows = window_index(grid_thw, self.merge, self.window)
+            order, bounds = window_index(grid_thw, self.merge, self.window)
+            windows = segments_by_length(bounds, x.device)
             order = order.to(x.device)
             x = x.unflatten(0, (-1, unit))[order].flatten(0, 1)
             angles = angles.unflatten(0, (-1, unit))[order].flatten(0, 1)

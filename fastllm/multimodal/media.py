@@ -22,6 +22,10 @@ MAX_MEDIA_BYTES = 20 * 1024 * 1024
 MAX_IMAGE_PIXELS = 8192 * 8192
 MAX_ASPECT_RATIO = 200  # what the Qwen-VL resizers accept
 MAX_VIDEO_FRAMES = 768
+MAX_VIDEO_PIXELS = 256 * 1024 * 1024  # over all frames: what one video may expand to in memory
+VIDEO_FPS = 2.0  # the rate encoded videos are sampled at, and decoded frames are taken to have (as vLLM)
+MAX_ANIMATION_FRAMES = 16 * MAX_VIDEO_FRAMES  # frames an animated image may hold before sampling
+GIF_FRAME_MS = 100  # how long browsers show an animation frame that gives no (or no positive) duration
 MODALITIES = ("image", "video")
 
 
@@ -113,17 +117,24 @@ def _check_size(width: int, height: int) -> None:
                            f"(aspect ratio above {MAX_ASPECT_RATIO})")
 
 
+def _resolve(source: Any, modality: str, local_root: Optional[str]) -> Any:
+    """The item itself, or the bytes that its dict (``{"url": ...}``), URL or path names; bytes
+    within MAX_MEDIA_BYTES."""
+    if isinstance(source, dict):
+        source = source.get("url", source.get(modality))
+    if isinstance(source, str):
+        source = _source_bytes(source, local_root)
+    if isinstance(source, (bytes, bytearray)) and len(source) > MAX_MEDIA_BYTES:
+        raise RequestError(f"media larger than {MAX_MEDIA_BYTES} bytes")
+    return source
+
+
 def load_image(source: Any, local_root: Optional[str] = None) -> Any:
     """A decoded RGB PIL image from a PIL image, an ``[H, W(, C)]`` uint8 array, encoded bytes,
     a data URL, or (where ``local_root`` allows) a local path."""
     Image = _pil()
-    if isinstance(source, dict):
-        source = source.get("url", source.get("image"))
-    if isinstance(source, str):
-        source = _source_bytes(source, local_root)
+    source = _resolve(source, "image", local_root)
     if isinstance(source, (bytes, bytearray)):
-        if len(source) > MAX_MEDIA_BYTES:
-            raise RequestError(f"media larger than {MAX_MEDIA_BYTES} bytes")
         try:
             with Image.open(io.BytesIO(source)) as opened:
                 _check_size(*opened.size)  # before decoding: a decompression bomb never expands
@@ -143,21 +154,103 @@ def load_image(source: Any, local_root: Optional[str] = None) -> Any:
     return image
 
 
-def load_video(source: Any) -> np.ndarray:
-    """Frames as a ``[T, H, W, 3]`` uint8 array, from such an array or a list of images."""
-    if isinstance(source, np.ndarray) and source.ndim == 4:
+def _sample_times(starts: list[float], duration: float) -> list[int]:
+    """Indices of the frames showing at ``0, 1/VIDEO_FPS, 2/VIDEO_FPS, ...`` before ``duration``."""
+    picked, frame = [], 0
+    steps = max(1, int(np.ceil(duration * VIDEO_FPS - 1e-9)))
+    if steps > MAX_VIDEO_FRAMES:
+        raise RequestError(f"a video of {duration:.1f} s sampled at {VIDEO_FPS:g} frames per second exceeds "
+                           f"{MAX_VIDEO_FRAMES} frames")
+    for step in range(steps):
+        while frame + 1 < len(starts) and starts[frame + 1] <= step / VIDEO_FPS + 1e-9:
+            frame += 1
+        picked.append(frame)
+    return picked
+
+
+def _check_video(frames: int, width: int, height: int) -> None:
+    _check_size(width, height)
+    if frames * width * height > MAX_VIDEO_PIXELS:
+        raise RequestError(f"{frames} frames of {width}x{height} pixels exceed {MAX_VIDEO_PIXELS} pixels")
+
+
+def _decode_animation(data: bytes) -> Optional[np.ndarray]:
+    """Frames of an animated GIF / WebP / PNG through Pillow; None for what Pillow cannot open."""
+    Image = _pil()
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            count = getattr(opened, "n_frames", 1)
+            if count > MAX_ANIMATION_FRAMES:
+                raise RequestError(f"an animation of {count} frames exceeds {MAX_ANIMATION_FRAMES} frames")
+            _check_video(count, *opened.size)
+            starts, durations = [], []
+            for index in range(count):
+                opened.seek(index)
+                starts.append(sum(durations))
+                durations.append((opened.info.get("duration") or GIF_FRAME_MS) / 1000)
+            picked = _sample_times(starts, sum(durations))
+            frames = []
+            for index in picked:
+                opened.seek(index)
+                frames.append(np.asarray(opened.convert("RGB")))
+    except Image.UnidentifiedImageError:
+        return None
+    except (OSError, ValueError, EOFError, Image.DecompressionBombError) as exc:
+        raise RequestError(f"cannot decode the video: {exc}") from exc
+    return np.stack(frames)
+
+
+def _decode_container(data: bytes) -> np.ndarray:
+    """Frames of an MP4 / WebM / ... through PyAV, sampled at VIDEO_FPS."""
+    try:
+        import av
+    except ImportError as exc:
+        raise RequestError("only animated GIF/WebP/PNG videos can be decoded here (PyAV is not installed): "
+                           "pass the frames ([T, H, W, 3] or a list of images)") from exc
+    frames, next_time = [], 0.0
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if not container.streams.video:
+                raise RequestError("the media has no video stream")
+            stream = container.streams.video[0]
+            _check_size(stream.codec_context.width, stream.codec_context.height)
+            for frame in container.decode(stream):
+                time = frame.time or 0.0
+                if time + 1e-9 < next_time:
+                    continue
+                if len(frames) == MAX_VIDEO_FRAMES:
+                    raise RequestError(f"a video sampled at {VIDEO_FPS:g} frames per second exceeds "
+                                       f"{MAX_VIDEO_FRAMES} frames")
+                frames.append(frame.to_ndarray(format="rgb24"))
+                _check_video(len(frames), frames[-1].shape[1], frames[-1].shape[0])
+                next_time = (np.floor(time * VIDEO_FPS + 1e-9) + 1) / VIDEO_FPS
+    except av.error.FFmpegError as exc:
+        raise RequestError(f"cannot decode the video: {exc}") from exc
+    if not frames:
+        raise RequestError("the video has no frames")
+    return np.stack(frames)
+
+
+def load_video(source: Any, local_root: Optional[str] = None) -> np.ndarray:
+    """Frames as a ``[T, H, W, 3]`` uint8 array, from such an array, a list of images, or an
+    encoded video (bytes, a data URL, or where ``local_root`` allows a local path) sampled at
+    VIDEO_FPS."""
+    source = _resolve(source, "video", local_root)
+    if isinstance(source, (bytes, bytearray)):
+        frames = _decode_animation(bytes(source))
+        if frames is None:
+            frames = _decode_container(bytes(source))
+    elif isinstance(source, np.ndarray) and source.ndim == 4:
         frames = source
-    elif isinstance(source, (str, bytes)):
-        raise RequestError("video files cannot be decoded here: pass the frames ([T, H, W, 3] or a list of images)")
     elif isinstance(source, (list, tuple)) and source:
         frames = np.stack([np.asarray(load_image(frame)) for frame in source])
     else:
-        raise RequestError("a video must be a [T, H, W, 3] uint8 array or a list of frames")
+        raise RequestError("a video must be a [T, H, W, 3] uint8 array, a list of frames, or encoded bytes")
     if frames.dtype != np.uint8 or frames.shape[-1] != 3:
         raise RequestError("video frames must be uint8 RGB")
     if not 1 <= len(frames) <= MAX_VIDEO_FRAMES:
         raise RequestError(f"a video must have 1 to {MAX_VIDEO_FRAMES} frames, got {len(frames)}")
-    _check_size(frames.shape[2], frames.shape[1])
+    _check_video(len(frames), frames.shape[2], frames.shape[1])
     return frames
 
 
@@ -178,5 +271,5 @@ def load_media(data: dict[str, Any], limits: dict[str, int], local_root: Optiona
         if modality == "image":
             loaded[modality] = [load_image(item, local_root) for item in items]
         else:
-            loaded[modality] = [load_video(item) for item in items]
+            loaded[modality] = [load_video(item, local_root) for item in items]
     return loaded

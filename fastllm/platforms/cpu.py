@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -18,6 +20,7 @@ class CpuPlatform:
     priority = 0
     overlaps_steps = False  # a CPU op returns when it is done
     warms_up_kernels = False
+    measures_rooflines = False
 
     @classmethod
     def is_available(cls) -> bool:
@@ -33,6 +36,22 @@ class CpuPlatform:
     def synchronize(self) -> None:
         pass
 
+    def seconds_per_call(self, fn: Callable[[], object], reps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - start) / reps
+
+    def empty_cache(self) -> None:
+        pass
+
+    def visible_devices(self, count: int) -> list[str]:
+        """Processes share the host: no device to split."""
+        return [""] * count
+
+    def only_devices(self, devices: list[str]) -> AbstractContextManager[None]:
+        return nullcontext()
+
     def kernels(self) -> Optional[ModuleType]:
         return fastllm_kernels(default_on=False)
 
@@ -40,5 +59,5 @@ class CpuPlatform:
         return 0
 
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
-                      max_model_len: int, max_query_len: int) -> Optional[object]:
+                      max_model_len: int, max_query_len: int, adapters: Any = None) -> Optional[object]:
         return None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+from contextlib import contextmanager
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -21,6 +23,7 @@ class CudaPlatform:
     priority = 10
     overlaps_steps = True
     warms_up_kernels = True
+    measures_rooflines = True
 
     def __init__(self) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())
@@ -52,6 +55,39 @@ class CudaPlatform:
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
+    def seconds_per_call(self, fn: Callable[[], object], reps: int) -> float:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(self.device)
+        begin.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1000 / reps
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
+
+    def visible_devices(self, count: int) -> list[str]:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        if len(devices) < count:
+            raise ValueError(f"data_parallel_size x tensor_parallel_size x pipeline_parallel_size needs {count} "
+                             f"GPUs; {len(devices)} are visible")
+        return devices
+
+    @contextmanager
+    def only_devices(self, devices: list[str]) -> Iterator[None]:
+        previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["CUDA_VISIBLE_DEVICES"]
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
     def kernels(self) -> Optional[ModuleType]:
         return fastllm_kernels(default_on=True)
 
@@ -59,7 +95,8 @@ class CudaPlatform:
         return torch.cuda.max_memory_allocated()
 
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
-                      max_model_len: int, max_query_len: int) -> DecodeGraphs:
-        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len)
+                      max_model_len: int, max_query_len: int, adapters: Any = None) -> DecodeGraphs:
+        graphs = DecodeGraphs(forward, max_batch, max_blocks_per_seq, max_model_len, self.device, max_query_len,
+                              adapters)
         graphs.capture()
         return graphs

@@ -11,12 +11,16 @@ are padding: they write no cache slot (slot -1), and its ``seq_len`` grows by th
 its real queries keep their positions (an extend query ``i`` sits at ``seq_len - q + i``) and
 never see them (they come after). Padded batch rows hold only padding (slot -1, length ``q``).
 Padding attends to junk keys, and its outputs are dropped.
+
+With an adapter manager, each token's adapter slot is one more static input, placed like its
+token id (padding: -1, the base model); the adapters' weights sit in the manager's fixed slot
+tensors, which loading an adapter overwrites in place.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -37,9 +41,9 @@ def capture_sizes(max_batch: int) -> list[int]:
 class DecodeGraphs:
     """Static input buffers and one captured graph per (batch size, query length), sharing one pool."""
 
-    def __init__(self, forward: Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor],
+    def __init__(self, forward: Callable[..., torch.Tensor],
                  max_batch: int, max_blocks_per_seq: int, max_model_len: int, device: torch.device,
-                 max_query_len: int = 1):
+                 max_query_len: int = 1, adapters: Any = None):
         self.forward = forward
         self.max_model_len = max_model_len
         self.sizes = capture_sizes(max_batch)
@@ -51,6 +55,8 @@ class DecodeGraphs:
         self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
         self.seq_lens = torch.ones(max_batch, dtype=torch.int32, device=device)
+        self.adapters = adapters  # ``fastllm.adapters.AdapterManager``; its batches carry ``slots``
+        self.adapter_slots = torch.full((max_tokens,), -1, dtype=torch.int32, device=device)
         # Padding queries read up to max_query_len - 1 positions past a sequence's last block.
         self.block_tables = torch.zeros(max_batch, max_blocks_per_seq + max_query_len - 1, dtype=torch.int32,
                                         device=device)
@@ -72,6 +78,14 @@ class DecodeGraphs:
             max_seq_len=self.max_model_len, query_lens_cpu=[query_len] * size,
             seq_lens_cpu=[self.max_model_len] * size)
 
+    def _forward(self, size: int, query_len: int) -> torch.Tensor:
+        """The forward a graph captures, over the static buffers."""
+        tokens = size * query_len
+        args = (self.input_ids[:tokens], self.positions[:tokens], self._metadata(size, query_len))
+        if self.adapters is None:
+            return self.forward(*args)
+        return self.forward(*args, adapter_batch=self.adapters.graph_batch(self.adapter_slots[:tokens]))
+
     @torch.inference_mode()
     def capture(self) -> None:
         """Most tokens first, so smaller graphs reuse the pool the largest one sized."""
@@ -80,15 +94,13 @@ class DecodeGraphs:
         for key in sorted(self.keys, key=lambda k: (-k[0] * k[1], k)):
             size, query_len = key
             self.seq_lens[:size].fill_(query_len)
-            tokens = size * query_len
-            args = (self.input_ids[:tokens], self.positions[:tokens], self._metadata(size, query_len))
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
-                self.forward(*args)  # compiles Triton kernels and warms cuBLAS outside the capture
+                self._forward(size, query_len)  # compiles Triton kernels and warms cuBLAS outside the capture
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
-                self.outputs[key] = self.forward(*args)
+                self.outputs[key] = self._forward(size, query_len)
             self.graphs[key] = graph
         torch.cuda.synchronize()
         logger.info("captured CUDA graphs for (batch size, query length) %s", sorted(self.keys))
@@ -100,9 +112,10 @@ class DecodeGraphs:
         return (self._size(meta.num_seqs, meta.max_query_len) is not None
                 and meta.block_tables.shape[1] <= self.block_tables.shape[1] - meta.max_query_len + 1)
 
-    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+            adapter_batch: Optional[Any] = None) -> torch.Tensor:
         """Copy the step into the static buffers, replay the smallest graph that fits, return its
-        rows in the step's packed order."""
+        rows in the step's packed order. ``adapter_batch``: the step's, None when no token uses one."""
         n, q = meta.num_seqs, meta.max_query_len
         size = self._size(n, q)
         lens = meta.query_lens_cpu
@@ -114,6 +127,11 @@ class DecodeGraphs:
             self.positions[:tokens].copy_(positions)
             self.slot_mapping[:tokens].copy_(meta.slot_mapping)
             self.slot_mapping[tokens:size * q].fill_(-1)
+            if adapter_batch is not None:
+                self.adapter_slots[:tokens].copy_(adapter_batch.slots)
+                self.adapter_slots[tokens:size * q].fill_(-1)
+            else:
+                self.adapter_slots[:size * q].fill_(-1)
             self.seq_lens[:n].copy_(meta.seq_lens)
             self.graphs[(size, q)].replay()
             return self.outputs[(size, q)][:tokens]
@@ -124,6 +142,9 @@ class DecodeGraphs:
         self.positions.index_copy_(0, rows_on_device, positions)
         self.slot_mapping[:size * q].fill_(-1)
         self.slot_mapping.index_copy_(0, rows_on_device, meta.slot_mapping)
+        self.adapter_slots[:size * q].fill_(-1)
+        if adapter_batch is not None:
+            self.adapter_slots.index_copy_(0, rows_on_device, adapter_batch.slots)
         self.seq_lens[:n].copy_(meta.seq_lens + padding)
         self.graphs[(size, q)].replay()
         return self.outputs[(size, q)].index_select(0, rows_on_device)

@@ -4,6 +4,7 @@ KV-cache budget, memory profiling, whether launches run ahead of the device, and
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import Any, Callable, Optional, Protocol
 
@@ -21,6 +22,8 @@ class Platform(Protocol):
     """Launches return before the device finishes, so step n+1 can be queued before step n is read."""
     warms_up_kernels: bool
     """Kernels compile on first use: run every variant once before serving."""
+    measures_rooflines: bool
+    """The benchmarks measure its copy bandwidth and matmul rate (an accelerator's roofs)."""
 
     @classmethod
     def is_available(cls) -> bool: ...
@@ -36,6 +39,22 @@ class Platform(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def seconds_per_call(self, fn: Callable[[], object], reps: int) -> float:
+        """Mean seconds of ``reps`` calls of ``fn``, on the device's own clock where it has one."""
+        ...
+
+    def empty_cache(self) -> None:
+        """Give cached, unused device memory back (before another library allocates)."""
+        ...
+
+    def visible_devices(self, count: int) -> list[str]:
+        """At least ``count`` device ids that processes split among them (``only_devices``)."""
+        ...
+
+    def only_devices(self, devices: list[str]) -> AbstractContextManager[None]:
+        """Within it, a spawned process sees only ``devices`` (a child copies the environment)."""
+        ...
+
     def kernels(self) -> Optional[ModuleType]:
         """The fused-kernel module the layers and the sampler keep when the model is built
         (``fastllm.layers.fused.use_kernels``), or None for their plain torch paths."""
@@ -46,9 +65,11 @@ class Platform(Protocol):
         ...
 
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
-                      max_model_len: int, max_query_len: int) -> Optional[Any]:
+                      max_model_len: int, max_query_len: int, adapters: Any = None) -> Optional[Any]:
         """Captured decode steps (``fastllm.platforms.cuda_graphs.DecodeGraphs``'s interface:
-        ``can_run(meta)``, ``run(input_ids, positions, meta)``), or None to run eagerly."""
+        ``can_run(meta)``, ``run(input_ids, positions, meta, adapter_batch)``), or None to run
+        eagerly. ``adapters``: the engine's adapter manager, whose per-token slots become a
+        captured input."""
         ...
 
 

@@ -11,9 +11,10 @@ The runner knows quantization only through this contract:
    the checkpoint's packed tensors.
 3. ``quantize_model(model, calibrate)`` runs after the weights load: online methods swap the
    float linear layers for quantized ones; pre-quantized modules are checked and repacked.
-   Offline tools pass their calibration text as ``calibrate``. Online, a method that sets
-   ``observes_inputs`` gets one from the runner that runs random token ids through the float
-   model: enough to tell how loud each input channel is, with no text from the user.
+   Offline tools pass their calibration text as ``calibrate``. Online, it is what the method's
+   ``online_calibration(model, run_prompts)`` returns (None by default): the method picks the
+   token ids (random ones tell how loud each input channel is, with no text from the user) and
+   ``run_prompts`` runs them through the float model in a cache of their own.
 
 ``checkpoint_config_to_save()`` is what ``fastllm quantize`` writes as ``quantization_config``
 so that the written directory loads through step 2 with no flag.
@@ -30,6 +31,8 @@ from fastllm.quantization.linear import QuantizedLinear, replace_linear_layers
 
 # Runs the model over calibration prompts; methods that need activation statistics observe it.
 Calibration = Callable[[], None]
+# Runs token-id prompts through the model as loaded (the runner's throw-away prefill).
+PromptRunner = Callable[[list[list[int]]], None]
 
 
 class Quantizer:
@@ -40,7 +43,6 @@ class Quantizer:
     """
 
     name: str = ""
-    observes_inputs: bool = False  # online: quantize_model gets the runner's random-token calibration
 
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         self.checkpoint_config = checkpoint_config
@@ -56,11 +58,17 @@ class Quantizer:
 
     def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
         """``calibrate`` runs calibration tokens through the float model: offline tools' text, or
-        online, for methods that set ``observes_inputs``, random token ids."""
+        online, ``online_calibration``'s."""
         if self.prequantized:
             replace_linear_layers(model, lambda name, module: module.finish_loading(name), QuantizedLinear)
         else:
             replace_linear_layers(model, lambda name, layer: self.quantize_layer(layer))
+
+    def online_calibration(self, model: nn.Module, run_prompts: PromptRunner) -> Optional[Calibration]:
+        """The calibration ``quantize_model`` gets when float weights are quantized at load (and by
+        ``fastllm quantize`` without calibration ids): None, for methods that do not observe
+        their inputs; otherwise one that calls ``run_prompts`` with prompts of this method's choice."""
+        return None
 
     def quantize_layer(self, layer: LinearBase) -> nn.Module:
         """A quantized module computing what ``layer`` (float weights loaded) computes."""

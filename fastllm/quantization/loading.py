@@ -12,9 +12,8 @@ from typing import Any, Optional
 import torch.nn as nn
 
 from fastllm import registry
-from fastllm.quantization.interface import Calibration, Quantizer
+from fastllm.quantization.interface import PromptRunner, Quantizer
 from fastllm.quantization.linear import CheckpointLayoutError
-from fastllm.quantization.lm_head import quantize_lm_head
 
 logger = logging.getLogger("fastllm")
 
@@ -49,10 +48,10 @@ def weight_bytes(model: nn.Module) -> int:
 
 
 def load_weights(loader: Any, model_path: str, model: nn.Module, quantizer: Optional[Quantizer],
-                 lm_head: bool = False, calibrate: Optional[Calibration] = None) -> None:
-    """Fill ``model`` from ``model_path`` and quantize it (``lm_head``: its LM head in int8, see
-    ``quantize_lm_head``; ``calibrate``: the runner's, for methods that observe their inputs);
-    logs weight bytes before and after."""
+                 lm_head: bool = False, run_prompts: Optional[PromptRunner] = None) -> None:
+    """Fill ``model`` from ``model_path`` and quantize it (``lm_head``: its LM head too, by the
+    registered ``lm_head_quantizers`` plugin; ``run_prompts``: the runner's, for a method's
+    ``online_calibration``); logs weight bytes before and after."""
     before = weight_bytes(model)
     if quantizer is not None:
         quantizer.prepare_model(model)
@@ -64,10 +63,12 @@ def load_weights(loader: Any, model_path: str, model: nn.Module, quantizer: Opti
         raise CheckpointLayoutError(f"the checkpoint's tensors do not match its declared quantization "
                                     f"{quantizer.name!r}: {exc}") from exc
     if quantizer is not None:
-        quantizer.quantize_model(model, calibrate if quantizer.observes_inputs else None)
-    if lm_head:
-        quantize_lm_head(model)
-    applied = "+".join(([quantizer.name] if quantizer is not None else []) + (["lm_head_int8"] if lm_head else []))
+        calibrate = quantizer.online_calibration(model, run_prompts) if run_prompts is not None else None
+        quantizer.quantize_model(model, calibrate)
+    head = registry.only("lm_head_quantizers", "quantize_lm_head") if lm_head else None
+    if head is not None:
+        head.factory(model)
+    applied = "+".join(([quantizer.name] if quantizer is not None else []) + ([f"lm_head_{head.name}"] if head else []))
     if not applied:
         logger.info("weight bytes: %d (%.1f MiB, unquantized)", before, before / 2**20)
         return

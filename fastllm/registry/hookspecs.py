@@ -65,6 +65,14 @@ def register_quantizers() -> Factories:
 
 
 @hookspec
+def register_lm_head_quantizers() -> Factories:
+    """What ``quantize_lm_head=True`` runs, keyed by name; one plugin registers it. Each factory
+    is called as ``factory(model)`` after the body is quantized and gives ``model.lm_head`` (a
+    ``ParallelLMHead``) its ``quantized`` module, dropping the float weight unless it is tied.
+    """
+
+
+@hookspec
 def register_reasoning_parsers() -> Factories:
     """Parsers that split chain-of-thought from the answer, keyed by ``reasoning_parser=`` name.
 

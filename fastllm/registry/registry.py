@@ -13,6 +13,7 @@ KINDS: tuple[str, ...] = (
     "attention_backends",
     "platforms",
     "quantizers",
+    "lm_head_quantizers",
     "reasoning_parsers",
     "tool_parsers",
     "speculative_decoders",
@@ -73,6 +74,18 @@ def get(kind: str, name: str) -> Callable[..., Any]:
     if name not in registered:
         raise UnknownPluginError(kind, name, registered)
     return registered[name].factory
+
+
+def only(kind: str, wanted_by: str) -> Entry:
+    """The one plugin of ``kind``, for a feature that names none (``wanted_by``: the setting that
+    asked); aliases of one factory count once. Fails with the list when none or several are."""
+    registered = entries(kind)
+    distinct = {entry.factory: entry for entry in registered.values()}
+    if len(distinct) == 1:
+        return next(iter(distinct.values()))
+    listing = "\n".join(f"  {e.name:<28} {e.distribution}" for e in registered.values()) or "  (none)"
+    problem = "no plugin registers" if not distinct else "several plugins register"
+    raise ValueError(f"{wanted_by} needs one of {kind}, and {problem} one:\n{listing}")
 
 
 def names(kind: str) -> list[str]:

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional, Protocol
 
 import torch
 
-from fastllm.engine.sequence import Sequence
 from fastllm.platforms.transfer import to_device
+from fastllm.sampling_params import SamplingParams
+
+
+class SampledSequence(Protocol):
+    """What sampling reads of a row's sequence (the runner's ``SequenceState`` is one)."""
+
+    seq_id: int
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    seed: int  # the Triton sampler's Philox key
+    generator: Optional[torch.Generator]  # the torch sampler's, for a request with a seed
+    eos_token_ids: frozenset[int]
+    bad_words_token_ids: list[list[int]]
+    num_pending_tokens: int  # sampled on the device, not read yet: they follow the row's tokens
 
 
 @dataclass
@@ -19,7 +32,7 @@ class SamplingRow:
     output plus the first j draft tokens.
     """
 
-    seq: Sequence
+    seq: SampledSequence
     output_token_ids: list[int]
 
 
@@ -35,7 +48,6 @@ class SamplingBatch:
     any_top_k: bool
     any_min_p: bool
     any_penalties: bool
-    matchers: list[Optional[Any]]
     seeds: Optional[torch.Tensor] = None  # int64, each row's sequence seed (None: all greedy)
     offsets: Optional[torch.Tensor] = None  # int64, tokens before the row's: a fresh draw each step
 
@@ -62,9 +74,6 @@ class SamplingBatch:
             any_top_k=any(k > 0 for k in top_k),
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalties=any(p.needs_penalties for p in params),
-            # a sequence that a token read after its step was queued finished samples a discarded
-            # token: its grammar may be complete, so it is not masked
-            matchers=[None if r.seq.is_finished else r.seq.structured_state for r in rows],
             seeds=None if randomness is None else randomness[0],
             offsets=None if randomness is None else randomness[1],
         )

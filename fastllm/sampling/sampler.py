@@ -12,13 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
-from typing import Any, Optional
+from typing import Optional, Protocol
 
 import torch
 
 from fastllm.sampling.batch import SamplingBatch
 from fastllm.sampling.logits_processors import apply_logit_edits, has_logit_edits
-from fastllm.structured_output.drafts import apply_grammar_masks
+
+
+class GrammarMask(Protocol):
+    """One step's grammar masks, filled where the grammars live (the engine's requests)."""
+
+    def apply(self, logits: torch.Tensor, seq_ids: list[int]) -> None:
+        """Set to -inf, in place, every token row ``i`` of ``logits`` may not take next, where
+        ``seq_ids[i]`` (row i's sequence) is guided; other rows stay untouched."""
+        ...
 
 
 @dataclass
@@ -88,9 +96,9 @@ class Sampler:
         self.kernels = kernels
 
     def distribution(self, logits: torch.Tensor, batch: SamplingBatch,
-                     structured_output: Any = None) -> Distribution:
-        if structured_output is not None and any(m is not None for m in batch.matchers):
-            logits = self._mask_and_edit(logits, batch, structured_output)
+                     grammar: Optional[GrammarMask] = None) -> Distribution:
+        if grammar is not None:
+            logits = self._mask_and_edit(logits, batch, grammar)
         else:
             logits = apply_logit_edits(logits, batch)
         kernels = self.kernels
@@ -101,13 +109,13 @@ class Sampler:
         return Distribution(logits, logsumexp, greedy_tokens, batch)
 
     @staticmethod
-    def _mask_and_edit(logits: torch.Tensor, batch: SamplingBatch, structured_output: Any) -> torch.Tensor:
+    def _mask_and_edit(logits: torch.Tensor, batch: SamplingBatch, grammar: GrammarMask) -> torch.Tensor:
         """The grammar's mask, then the edits; where the edits banned every token the grammar
         allows (min_tokens against a finished grammar that only allows EOS), the grammar wins.
 
         Masking and edits commute (both only add to logits or set them to -inf), so the mask is
         filled once; without edits nothing is copied and nothing waits for the device."""
-        apply_grammar_masks(structured_output, logits, [row.seq for row in batch.rows], batch.matchers)
+        grammar.apply(logits, [row.seq.seq_id for row in batch.rows])
         if not has_logit_edits(batch):
             return logits
         edited = apply_logit_edits(logits.clone(), batch)

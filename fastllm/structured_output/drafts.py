@@ -8,17 +8,15 @@ Both steps advance the sequence's own matcher and roll it back: no copy of a mat
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 import torch
 
-from fastllm.engine.sequence import Sequence
 
-
-def clip_drafts(backend: Any, seqs: Iterable[Sequence], stop_token_ids: frozenset[int]) -> None:
-    """Cut each guided sequence's drafts to the longest prefix its grammar allows. A stop token
-    ends the drafts before it: the row at its place samples it, and a draft after a terminated
-    grammar could only be junk."""
+def clip_drafts(backend: Any, seqs: Iterable[Any], stop_token_ids: frozenset[int]) -> None:
+    """Cut each guided sequence's drafts (``structured_state``, ``draft_token_ids``) to the
+    longest prefix its grammar allows. A stop token ends the drafts before it: the row at its
+    place samples it, and a draft after a terminated grammar could only be junk."""
     for seq in seqs:
         matcher, drafts = seq.structured_state, seq.draft_token_ids
         if matcher is None or not drafts:
@@ -29,39 +27,39 @@ def clip_drafts(backend: Any, seqs: Iterable[Sequence], stop_token_ids: frozense
         seq.draft_token_ids = drafts[:allowed]
 
 
-def draft_depths(seqs: list[Sequence]) -> list[int]:
+def draft_depths(seq_ids: list[int]) -> list[int]:
     """How many drafts precede each row: a sequence's rows are adjacent, row j after j drafts."""
     depths = []
-    for i, seq in enumerate(seqs):
-        depths.append(depths[-1] + 1 if i and seqs[i - 1] is seq else 0)
+    for i, seq_id in enumerate(seq_ids):
+        depths.append(depths[-1] + 1 if i and seq_ids[i - 1] == seq_id else 0)
     return depths
 
 
-def apply_grammar_masks(backend: Any, logits: torch.Tensor, seqs: list[Sequence],
-                        matchers: list[Optional[Any]]) -> None:
-    """Mask ``logits [rows, vocab]``: row i of ``seqs[i]`` (None in ``matchers``: unguided or
-    finished) by its grammar after the drafts before the row. One backend call per draft depth:
-    between calls each matcher with a deeper row takes its next draft; all are rolled back at
-    the end. A draft the grammar refuses (``clip_drafts`` lets none through) leaves the rows
-    after it unmasked: verification rejects that draft (its own row's mask refuses it), so
-    nothing is sampled from them."""
-    depths = draft_depths(seqs)
+def apply_grammar_masks(backend: Any, logits: torch.Tensor, seq_ids: list[int], matchers: dict[int, Any],
+                        drafts: dict[int, list[int]]) -> None:
+    """Mask ``logits [rows, vocab]``: row i of sequence ``seq_ids[i]`` (not in ``matchers``:
+    unguided or finished) by its grammar after the ``drafts`` before the row. One backend call
+    per draft depth: between calls each matcher with a deeper row takes its next draft; all are
+    rolled back at the end. A draft the grammar refuses (``clip_drafts`` lets none through)
+    leaves the rows after it unmasked: verification rejects that draft (its own row's mask
+    refuses it), so nothing is sampled from them."""
+    live = [matchers.get(seq_id) for seq_id in seq_ids]
+    depths = draft_depths(seq_ids)
     if not any(depths):
-        backend.apply_bitmask(logits, matchers)
+        backend.apply_bitmask(logits, live)
         return
-    advanced: dict[int, int] = {}  # row of depth 0 -> drafts its matcher took
-    live = list(matchers)
+    advanced: dict[int, int] = {}  # seq_id -> drafts its matcher took
     for depth in range(max(depths) + 1):
         for i, matcher in enumerate(live):
             if matcher is not None and depths[i] == depth and depth:
-                first = i - depth
-                if advanced.get(first, 0) == depth - 1 and backend.accept_prefix(
-                        matcher, [seqs[i].draft_token_ids[depth - 1]]) == 1:
-                    advanced[first] = depth
+                seq_id = seq_ids[i]
+                if advanced.get(seq_id, 0) == depth - 1 and backend.accept_prefix(
+                        matcher, [drafts[seq_id][depth - 1]]) == 1:
+                    advanced[seq_id] = depth
                 else:
                     live[i] = None
         level = [matcher if depths[i] == depth else None for i, matcher in enumerate(live)]
         if any(matcher is not None for matcher in level):
             backend.apply_bitmask(logits, level)
-    for first, count in advanced.items():
-        backend.rollback(matchers[first], count)
+    for seq_id, count in advanced.items():
+        backend.rollback(matchers[seq_id], count)

@@ -6,8 +6,9 @@ from fastllm_kernels.decode_attention import paged_decode_attention
 from fastllm_kernels.extend_attention import paged_extend_attention
 from fastllm_kernels.fused_moe import fused_experts
 from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache
+from fastllm_kernels.linear import linear
 from fastllm_kernels.moe_routing import topk_softmax
-from fastllm_kernels.lora import lora_expand, lora_shrink, lora_tiles
+from fastllm_kernels.lora import lora_expand, lora_expand_tokens, lora_shrink, lora_shrink_tokens, lora_tiles
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
 from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p
@@ -15,9 +16,12 @@ from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p
 __all__ = [
     "fused_add_rms_norm",
     "fused_experts",
+    "linear",
     "logsumexp_argmax",
     "lora_expand",
+    "lora_expand_tokens",
     "lora_shrink",
+    "lora_shrink_tokens",
     "lora_tiles",
     "paged_decode_attention",
     "paged_extend_attention",

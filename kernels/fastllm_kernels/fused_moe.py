@@ -9,7 +9,8 @@ move. The k rows of a token are summed by one reduction, in a fixed order (deter
 unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes).
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
-tiles past the padded pairs exit at once.
+tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
+group scales) are widened a tile at a time in registers, so decode reads their packed bytes alone.
 """
 
 from __future__ import annotations
@@ -161,21 +162,54 @@ def _align_torch(ids: torch.Tensor, block_m: int, num_experts: int, blocks: int)
 
 # ---- grouped GEMMs ----------------------------------------------------------------------------
 @triton.jit
+def _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8: tl.constexpr, FOUR_BIT: tl.constexpr,
+                 HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, dtype: tl.constexpr):
+    """``[BLOCK_N, BLOCK_K]`` expert weights from K step ``k0`` of rows ``w_rows`` in ``dtype``.
+    ``FP8``: e4m3 bytes widened exactly (the caller scales each channel after the K loop).
+    ``FOUR_BIT`` (K a multiple of BLOCK_K): bytes of two codes (even channel in the low nibble),
+    ``(code - zero) * scale`` with ``HAS_ZERO`` (int4), ``book[code] * scale`` without (a code
+    book: nf4), a scale (and zero) a ``GROUP`` of inputs at ``s_rows`` (``z_rows``); ``SUB`` =
+    min(GROUP, BLOCK_K) inputs share one."""
+    if FOUR_BIT:
+        packed = tl.load(w_rows + k0 // 2 + tl.arange(0, BLOCK_K // 2)[None, :])
+        codes = tl.reshape(tl.join(packed & 0xF, packed >> 4), (BLOCK_N, BLOCK_K))
+        groups = (k0 + tl.arange(0, BLOCK_K // SUB) * SUB) // GROUP
+        if HAS_ZERO:
+            values = tl.reshape(codes.to(tl.float32), (BLOCK_N, BLOCK_K // SUB, SUB))
+            values -= tl.load(z_rows + groups[None, :])[:, :, None]
+        else:
+            values = tl.reshape(tl.load(book_ptr + codes), (BLOCK_N, BLOCK_K // SUB, SUB))
+        values *= tl.load(s_rows + groups[None, :])[:, :, None]
+        w = tl.reshape(values, (BLOCK_N, BLOCK_K)).to(dtype)
+    else:
+        ks = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            w = tl.load(w_rows + ks[None, :])
+        else:
+            w = tl.load(w_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
+        if FP8:
+            w = w.to(tl.float8e4nv, bitcast=True)
+        w = w.to(dtype)
+    return w
+
+
+@triton.jit
 def _grouped_gemm_kernel(
-    a_ptr, w_ptr, scale_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
-    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_om, up_rows,
+    a_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
+    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om, up_rows,
     ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
-    FP8: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
-    PRECISION: tl.constexpr, PDL: tl.constexpr,
+    FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
     ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
     ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
     store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream).
-    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding. ``FP8``: W holds e4m3 bytes,
-    widened exactly to a's dtype in registers, and ``scale [E, rows]`` scales each output channel
-    after the K loop."""
+    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding. Quantized W (``_weight_tile``):
+    ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
+    each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -196,27 +230,23 @@ def _grouped_gemm_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     w_cols = tl.minimum(cols, N - 1).to(tl.int64)
     w_rows = w_ptr + expert * stride_we + w_cols[:, None] * stride_wn
+    s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
+    z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
-            w = tl.load(w_rows + k0 + ks[None, :])
         else:
-            k_in = (k0 + ks < K)[None, :]
-            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & k_in, other=0.0)
-            w = tl.load(w_rows + k0 + ks[None, :], mask=k_in, other=0.0)
-        if FP8:
-            w = w.to(tl.float8e4nv, bitcast=True).to(a.dtype)
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
+        w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
+                         BLOCK_K, EVEN_K, a.dtype)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
         if GATED:
-            if EVEN_K:
-                up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :])
-            else:
-                up = tl.load(w_rows + up_rows * stride_wn + k0 + ks[None, :], mask=k_in, other=0.0)
-            if FP8:
-                up = up.to(tl.float8e4nv, bitcast=True).to(a.dtype)
+            up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
+                              z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
+                              BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
             acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
@@ -231,65 +261,90 @@ def _grouped_gemm_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
 
 
+def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tensor | None,
+                   book: torch.Tensor | None, block_k: int) -> tuple[torch.Tensor, int, int, dict]:
+    """(the kernels' view of ``w [E, rows, K or K/2]``, K, the K step, the format's kernel
+    arguments). e4m3 ``w`` with ``scale [E, rows]``; uint8 ``w`` holds two 4-bit codes a byte with
+    ``scale [E, rows, K / group]`` and ``zero`` (int4) or ``book`` (16 values: nf4); else plain."""
+    fp8 = w.dtype == torch.float8_e4m3fn
+    four_bit = w.dtype == torch.uint8
+    if (fp8 or four_bit) != (scale is not None) or (four_bit and (zero is None) == (book is None)):
+        raise ValueError(f"{w.dtype} experts with scale={scale is not None}, zero={zero is not None}, "
+                         f"book={book is not None}")
+    k = w.shape[2] * 2 if four_bit else w.shape[2]
+    group = sub = 1
+    if four_bit:
+        group = k // scale.shape[2]
+        block_k = min(block_k, k & -k)  # whole K steps: a power of two dividing K
+        sub = min(group, block_k)
+        if group * scale.shape[2] != k or group % sub or block_k < 16:
+            raise ValueError(f"4-bit experts: K={k} in groups of {group} do not fit K steps of {block_k}")
+    dummy = w if scale is None else scale
+    args = {"scale_ptr": dummy, "zero_ptr": dummy if zero is None else zero, "book_ptr": dummy if book is None else book,
+            "stride_se": 0 if scale is None else scale.stride(0), "stride_sn": scale.stride(1) if four_bit else 1,
+            "FP8": fp8, "FOUR_BIT": four_bit, "HAS_ZERO": zero is not None, "GROUP": group, "SUB": sub}
+    return (w.view(torch.uint8) if fp8 else w), k, block_k, args
+
+
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
                  rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
-                 w_scale: torch.Tensor | None = None) -> torch.Tensor:
+                 w_scale: torch.Tensor | None = None, w_zero: torch.Tensor | None = None,
+                 book: torch.Tensor | None = None) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
-    (twice N gated), K]`` (e4m3 with ``w_scale [E, rows]`` float32, or a's dtype); rows of ``a``
-    are tokens (``rows_per_a`` = k) or pairs (1)."""
+    (twice N gated), K]`` (a's dtype, or quantized: ``_weight_format``); rows of ``a`` are tokens
+    (``rows_per_a`` = k) or pairs (1)."""
     n = w.shape[1] // 2 if gated else w.shape[1]
-    k = w.shape[2]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
-    fp8 = w_scale is not None
-    if fp8:
-        w = w.view(torch.uint8)
+    w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
     grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
     _grouped_gemm_kernel[grid](
-        a, w, w_scale if fp8 else out, out, blocks.sorted_pairs, blocks.expert_ids, blocks.num_padded,
-        out if topk_weights is None else topk_weights,
-        n, k, out.shape[0], blocks.num_blocks, a.stride(0), w.stride(0), w.stride(1),
-        w_scale.stride(0) if fp8 else 0, out.stride(0), n,
-        ROWS_PER_A=rows_per_a, ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None,
-        FP8=fp8, BLOCK_M=tiling.block_m,
-        BLOCK_N=tiling.block_n, BLOCK_K=tiling.block_k, GROUP_M=tiling.group_m, EVEN_K=k % tiling.block_k == 0,
+        a_ptr=a, w_ptr=w, out_ptr=out, sorted_ptr=blocks.sorted_pairs, expert_ids_ptr=blocks.expert_ids,
+        num_padded_ptr=blocks.num_padded, topk_w_ptr=out if topk_weights is None else topk_weights,
+        N=n, K=k, num_pairs=out.shape[0], num_blocks=blocks.num_blocks, stride_am=a.stride(0), stride_we=w.stride(0),
+        stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a,
+        ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
+        BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
         PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
-        **pdl_launch(a.device))
+        **fmt, **pdl_launch(a.device))
     return out
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
-                  w2_scale: torch.Tensor | None = None,
+                  w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
+                  w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
                   tilings: tuple[MoeTiling, MoeTiling] | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
     ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
     fp8 experts: ``w13``/``w2`` e4m3 with float32 per-channel scales ``w13_scale [E, 2I]``,
-    ``w2_scale [E, H]``."""
+    ``w2_scale [E, H]``. 4-bit experts: uint8 ``w13 [E, 2I, H/2]``/``w2 [E, H, I/2]`` (two codes
+    a byte, the even input in the low nibble), float32 scales ``[E, rows, K / group]`` and
+    either zeros of the same shape (int4: ``(code - zero) * scale``) or a code ``book [16]``
+    (nf4: ``book[code] * scale``)."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
+    packing = 2 if w13.dtype == torch.uint8 else 1
     num_experts, inner = w13.shape[0], w13.shape[1] // 2
-    if w13.shape[2] != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner):
+    if w13.shape[2] * packing != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner // packing):
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
-    if (w13_scale is None) != (w2_scale is None):
-        raise ValueError("fp8 experts need both w13_scale and w2_scale")
     gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
+    formats = {"w_zero": w13_zero, "book": book}, {"w_zero": w2_zero, "book": book}
     hidden = hidden.contiguous()
     if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
         blocks = one_pair_blocks(topk_ids)
     else:
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
     act = hidden.new_empty((num_pairs, inner))
-    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale)
+    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale, **formats[0])
     if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
     per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
     grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1),
-                 w_scale=w2_scale)
+                 w_scale=w2_scale, **formats[1])
     return per_pair.view(tokens, top_k, -1).sum(dim=1)
-

@@ -7,10 +7,16 @@ them with one slot, so a program loads its adapter's weights once for the whole 
 with ``tl.dot``. A layer then runs two launches: ``lora_shrink`` (``xa = x @ A[slot]^T``, float32)
 and ``lora_expand`` (``y += scale[slot] * xa @ B[slot]^T`` in place over the base output). Tokens
 of the base model (slot -1) are in no tile: their rows of ``y`` are left as they were.
+
+A captured decode graph cannot group tokens on the host each step: ``lora_shrink_tokens`` and
+``lora_expand_tokens`` (Punica's BGMV) read each token's slot from a static per-token tensor on
+the device, one program per token and slice of the inner or output features, so their grids
+depend only on the padded batch. A base-model token's program loads nothing.
 """
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Optional
 
 import torch
@@ -20,20 +26,33 @@ import triton.language as tl
 TILE_TOKENS = 32
 _BLOCK_K = 64
 _BLOCK_N = 64
+# BGMV: a token's shrink is split over programs of this many input features (a single program
+# per token would read a whole A alone); an expand program writes this many outputs.
+_SPLIT_K = 512
+_TOKEN_BLOCK_K = 128
+_TOKEN_BLOCK_N = 128
 
 
 def lora_tiles(slots: list[int], tile: int = TILE_TOKENS) -> tuple[list[int], list[int]]:
     """Per-token slots -> (``order``: the adapter tokens sorted by slot, ``tiles``: flat
-    ``(start in order, length, slot)`` triples of runs of at most ``tile`` tokens)."""
-    order = sorted((t for t, s in enumerate(slots) if s >= 0), key=lambda t: slots[t])
+    ``(start in order, length, slot)`` triples of runs of at most ``tile`` tokens). Goes by runs of
+    one slot (a sequence's tokens are packed together), not token by token: a prefill step has
+    thousands of tokens."""
+    runs: dict[int, list[range]] = {}
+    token = 0
+    for slot, run in groupby(slots):
+        length = len(list(run))
+        if slot >= 0:
+            runs.setdefault(slot, []).append(range(token, token + length))
+        token += length
+    order: list[int] = []
     tiles: list[int] = []
-    start = 0
-    while start < len(order):
-        slot, end = slots[order[start]], start
-        while end < len(order) and end - start < tile and slots[order[end]] == slot:
-            end += 1
-        tiles += [start, end - start, slot]
-        start = end
+    for slot in sorted(runs):
+        start = len(order)
+        for tokens in runs[slot]:
+            order.extend(tokens)
+        for offset in range(start, len(order), tile):
+            tiles += [offset, min(tile, len(order) - offset), slot]
     return order, tiles
 
 
@@ -113,6 +132,64 @@ def lora_expand(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch
         _expand_kernel[(num_tiles, triton.cdiv(outputs, _BLOCK_N))](
             xa, b, scale, order, tiles, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
             BLOCK_T=TILE_TOKENS, BLOCK_R=_block_r(rank), BLOCK_N=_BLOCK_N, PRECISION=_precision(y))
+    return y
+
+
+@triton.jit
+def _shrink_tokens_kernel(x_ptr, a_ptr, slots_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
+                          SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slots_ptr + token).to(tl.int64)
+    # a base-model token: every load and the store are masked off
+    K, R = tl.where(slot >= 0, K, 0), tl.where(slot >= 0, R, 0)
+    ranks = tl.arange(0, BLOCK_R)
+    acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    for k0 in range(tl.program_id(1) * SPLIT_K, tl.program_id(1) * SPLIT_K + SPLIT_K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + token * stride_x + cols, mask=cols < K, other=0.0).to(tl.float32)
+        a = tl.load(a_ptr + slot * stride_as + ranks[:, None] * stride_ar + cols[None, :],
+                    mask=(ranks[:, None] < R) & (cols[None, :] < K), other=0.0).to(tl.float32)
+        acc += tl.sum(a * x[None, :], axis=1)
+    tl.atomic_add(out_ptr + token * stride_out + ranks, acc, mask=ranks < R)
+
+
+@triton.jit
+def _expand_tokens_kernel(xa_ptr, b_ptr, scale_ptr, slots_ptr, y_ptr, N, R, stride_xa, stride_bs, stride_bn,
+                          stride_y, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slots_ptr + token).to(tl.int64)
+    N = tl.where(slot >= 0, N, 0)  # a base-model token: every load and the store are masked off
+    ranks = tl.arange(0, BLOCK_R)
+    outputs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    xa = tl.load(xa_ptr + token * stride_xa + ranks, mask=ranks < R, other=0.0)
+    b = tl.load(b_ptr + slot * stride_bs + outputs[:, None] * stride_bn + ranks[None, :],
+                mask=(outputs[:, None] < N) & (ranks[None, :] < R), other=0.0).to(tl.float32)
+    delta = tl.sum(b * xa[None, :], axis=1) * tl.load(scale_ptr + tl.maximum(slot, 0))
+    y = tl.load(y_ptr + token * stride_y + outputs, mask=outputs < N, other=0.0).to(tl.float32)
+    tl.store(y_ptr + token * stride_y + outputs, (y + delta).to(y_ptr.dtype.element_ty), mask=outputs < N)
+
+
+def lora_shrink_tokens(x: torch.Tensor, a: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``lora_shrink`` by each token's own slot in ``slots [T]`` (-1: none, its row is zero)."""
+    _, rank, inner = a.shape
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    out = torch.zeros(x.shape[0], rank, dtype=torch.float32, device=x.device)
+    if x.shape[0]:
+        _shrink_tokens_kernel[(x.shape[0], triton.cdiv(inner, _SPLIT_K))](
+            x, a, slots, out, inner, rank, x.stride(0), a.stride(0), a.stride(1), out.stride(0),
+            SPLIT_K=_SPLIT_K, BLOCK_R=triton.next_power_of_2(rank), BLOCK_K=_TOKEN_BLOCK_K)
+    return out
+
+
+def lora_expand_tokens(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch.Tensor,
+                       slots: torch.Tensor) -> torch.Tensor:
+    """``lora_expand`` by each token's own slot in ``slots [T]``; rows of slot -1 stay as they were."""
+    _, outputs, rank = b.shape
+    assert y.stride(-1) == 1, "y is updated in place and must have unit stride"
+    if y.shape[0]:
+        _expand_tokens_kernel[(y.shape[0], triton.cdiv(outputs, _TOKEN_BLOCK_N))](
+            xa, b, scale, slots, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
+            BLOCK_R=triton.next_power_of_2(rank), BLOCK_N=_TOKEN_BLOCK_N)
     return y
 
 

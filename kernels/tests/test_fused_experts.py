@@ -5,6 +5,7 @@ from fastllm_kernels.fused_moe import (
     MAX_ALIGN_PAIRS, MoeTiling, _align_torch, default_tilings, fused_experts, max_blocks,
     moe_align_block_size,
 )
+from fastllm_kernels.quant.dequant import NF4_CODES
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, randn, rel_err
 
 
@@ -141,3 +142,54 @@ def test_fp8_experts_match_dense_reference_on_their_dequantized_weights(dtype, t
     dequantized = q13.double() * s13.double()[..., None], q2.double() * s2.double()[..., None]
     assert out.dtype == dtype
     assert rel_err(out, dense_moe(x, *dequantized, topk_weights, topk_ids)) < TOLERANCE[dtype]
+
+
+def four_bit(w, group, book=None):
+    """Codes two a byte (even input low), float32 scales ``[E, rows, K / group]`` and zeros (int4:
+    the group's min at code 0, its max at 15), or nf4 codes of ``book`` by absmax (zeros None);
+    with the weights they stand for, in float64."""
+    groups = w.double().unflatten(-1, (-1, group))
+    if book is None:
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-8)
+        zero = -low / scale
+        codes = (groups / scale[..., None] + zero[..., None]).round().clamp(0, 15)
+        values = (codes - zero[..., None]) * scale[..., None]
+    else:
+        scale = groups.abs().amax(-1)
+        codes = (groups / scale[..., None])[..., None].sub(book.double()).abs().argmin(-1).double()
+        values = book.double()[codes.long()] * scale[..., None]
+        zero = None
+    codes = codes.flatten(-2).to(torch.uint8)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed, scale.float(), None if zero is None else zero.float(), values.flatten(-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nf4", [False, True])
+@pytest.mark.parametrize("tokens,experts,used", [(1, 16, 16), (2, 32, 5), (37, 8, 3), (70, 4, 4)])
+def test_four_bit_experts_match_dense_reference_on_their_dequantized_weights(dtype, nf4, tokens, experts, used):
+    """Decode (one pair a block), grouped with idle experts, prefill tiles; groups of 32 inputs
+    under K steps of 64 and more, and of 64 over K steps of 32 (float32 halves them)."""
+    book = torch.tensor(NF4_CODES, device=DEVICE) if nf4 else None
+    x = randn(tokens, 128, dtype=dtype)
+    w13, w2 = moe_weights(experts, 128, 64, torch.float32)
+    q13, s13, z13, d13 = four_bit(w13, 32, book)
+    q2, s2, z2, d2 = four_bit(w2, 64, book)
+    topk_weights, topk_ids = routing(tokens, experts, 2, used)
+    topk_ids[0, 1] = topk_ids[0, 0]  # the first token's two slots on one expert
+
+    out = fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2, w13_zero=z13, w2_zero=z2,
+                        book=book)
+
+    assert out.dtype == dtype
+    assert rel_err(out, dense_moe(x, d13, d2, topk_weights, topk_ids)) < TOLERANCE[dtype]
+
+
+def test_four_bit_experts_need_a_zero_or_a_book():
+    x = randn(2, 32, dtype=torch.float32)
+    w13, w2 = moe_weights(4, 32, 16, torch.float32)
+    (q13, s13, z13, _), (q2, s2, _, _) = four_bit(w13, 16), four_bit(w2, 16)
+    ids = torch.zeros(2, 1, dtype=torch.long, device=DEVICE)
+    with pytest.raises(ValueError, match="zero"):
+        fused_experts(x, q13, q2, torch.ones(2, 1, device=DEVICE), ids, w13_scale=s13, w2_scale=s2, w13_zero=z13)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from fastllm_kernels.lora import TILE_TOKENS, lora_expand, lora_expand_ref, lora_shrink, lora_shrink_ref, lora_tiles
+from fastllm_kernels.lora import (TILE_TOKENS, lora_expand, lora_expand_ref, lora_expand_tokens, lora_shrink,
+                                  lora_shrink_ref, lora_shrink_tokens, lora_tiles)
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, randn, rel_err
 
 # Base-model tokens (-1) and slots 0..2 interleaved as a mixed batch packs decodes, then a prefill
@@ -22,10 +23,12 @@ def test_tiles_group_tokens_by_slot():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("inner,rank,outputs", [(200, 16, 150), (64, 5, 80)])
-def test_shrink_then_expand_match_the_per_token_reference(dtype, inner, rank, outputs):
+@pytest.mark.parametrize("inner,rank,outputs", [(200, 16, 150), (64, 5, 80), (1100, 12, 150)])
+@pytest.mark.parametrize("kind", ["groups", "tokens"])
+def test_shrink_then_expand_match_the_per_token_reference(dtype, inner, rank, outputs, kind):
+    """``groups``: tiles of tokens by slot (eager steps); ``tokens``: each token's slot read on the
+    device, inner features split over programs (captured graphs)."""
     slots = torch.tensor(SLOTS, dtype=torch.int32, device=DEVICE)
-    order, tiles = _tiles(SLOTS)
     x = randn(len(SLOTS), inner, dtype=dtype)
     a = randn(3, rank, inner, dtype=dtype) / inner ** 0.5
     b = randn(3, outputs, rank, dtype=dtype)
@@ -34,9 +37,15 @@ def test_shrink_then_expand_match_the_per_token_reference(dtype, inner, rank, ou
     base = y.clone()
     used = slots >= 0
 
-    xa = lora_shrink(x, a, order, tiles)
+    if kind == "groups":
+        order, tiles = _tiles(SLOTS)
+        xa = lora_shrink(x, a, order, tiles)
+        lora_expand(y, xa, b, scale, order, tiles)
+    else:
+        xa = lora_shrink_tokens(x, a, slots)
+        lora_expand_tokens(y, xa, b, scale, slots)
+        assert torch.equal(xa[~used], torch.zeros_like(xa[~used]))
     xa_ref = lora_shrink_ref(x, a, slots)
-    lora_expand(y, xa, b, scale, order, tiles)
 
     assert xa.dtype == torch.float32 and rel_err(xa[used], xa_ref[used]) < TOLERANCE[dtype]
     assert rel_err(y, lora_expand_ref(base, xa_ref, b, scale, slots)) < TOLERANCE[dtype]
@@ -54,3 +63,4 @@ def test_a_strided_input_and_no_adapter_tokens():
     y = randn(2, 8, dtype=torch.float32)
     assert torch.equal(lora_expand(y.clone(), lora_shrink(x, a, none_order, none_tiles), randn(2, 8, 4, dtype=torch.float32),
                                    torch.ones(2, device=DEVICE), none_order, none_tiles), y)
+

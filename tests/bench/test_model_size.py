@@ -7,6 +7,7 @@ from torch import nn
 
 from fastllm.bench.device_rates import copy_bandwidth, matmul_flops
 from fastllm.bench.model_size import num_parameters, weight_bytes
+from fastllm.platforms.cpu import CpuPlatform
 
 
 def test_weight_bytes_counts_parameters_buffers_and_tied_tensors_once():
@@ -19,7 +20,7 @@ def test_weight_bytes_counts_parameters_buffers_and_tied_tensors_once():
 
 
 def test_device_rates_are_positive_on_cpu():
-    cpu = torch.device("cpu")
+    cpu = CpuPlatform()
     assert copy_bandwidth(cpu, nbytes=2**20, reps=2) > 0
     assert matmul_flops(cpu, n=64, dtype=torch.float32, reps=2) > 0
 

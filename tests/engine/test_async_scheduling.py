@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from fastllm import LLM, SamplingParams
-from fastllm.engine.input_batch import SampledTokens, pack_inputs
-from fastllm.engine.scheduler import ScheduledSequence
-from fastllm.engine.sequence import Sequence
+from fastllm.testing.steps import StepLog
+from fastllm.worker.input_batch import SampledTokens, ScheduledRow, SequenceState, pack_inputs
 
 ENGINE = dict(load_format="dummy", max_model_len=256, block_size=16, max_num_seqs=4, max_num_batched_tokens=48)
 
@@ -119,6 +118,7 @@ def test_abort_while_its_step_is_in_flight(tiny_llama_dir):
     for _ in range(4):
         engine.step()
     assert engine.in_flight is not None and any(s.seq.request_id == "r1" for s in engine.in_flight.scheduled)
+    r1 = [seq_id for seq_id, seq in engine.runner.runner.input_batch.seqs.items() if seq.request_id == "r1"]
     aborted = engine.abort_request("r1")
     assert aborted.outputs.finish_reason == "abort"
     finished = {}
@@ -127,6 +127,7 @@ def test_abort_while_its_step_is_in_flight(tiny_llama_dir):
             if output.finished:
                 finished[output.request_id] = output.outputs.token_ids
     assert finished == {f"r{i}": sync[i][0] for i in (0, 2, 3)}
+    assert not engine.runner.runner.input_batch.seqs.keys() & set(r1)  # the runner forgot it
     _assert_no_blocks_held(llm)
 
 
@@ -134,37 +135,21 @@ def test_decode_steps_really_overlap_and_waste_no_step_at_max_tokens(tiny_llama_
     """Each launch after the first is queued before the previous step's tokens are read, and a
     sequence whose pending token reaches max_tokens is not scheduled again."""
     llm = LLM(tiny_llama_dir, async_scheduling=True, **ENGINE)
-    runner, events = llm.engine.runner, []
-    launch = runner.launch
-
-    def spy(scheduled, before_sampling=None):
-        pending = launch(scheduled, before_sampling)
-        number = len([e for e in events if e[0] == "launch"])
-        events.append(("launch", number))
-        results = pending.results
-        pending.results = lambda: (events.append(("read", number)), results())[1]
-        return pending
-
-    runner.launch = spy
+    log = StepLog(llm.engine.runner)
     out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True), use_tqdm=False)
     assert len(out[0].outputs.token_ids) == 10
-    launches = [n for kind, n in events if kind == "launch"]
-    assert len(launches) == 10  # one prefill + nine decodes, none wasted
-    for n in launches[1:]:
-        assert events.index(("launch", n)) < events.index(("read", n - 1))
+    assert log.num_steps == 10  # one prefill + nine decodes, none wasted
+    for n in range(1, log.num_steps):
+        assert log.events.index(("sample", n)) < log.events.index(("read", n - 1))
 
 
 def test_pack_inputs_reads_pending_tokens_on_the_device():
     params = SamplingParams(max_tokens=10)
-    seqs = [Sequence("a", 0, [11, 12, 13], params, frozenset(), 64),
-            Sequence("b", 0, [21, 22], params, frozenset(), 64)]
-    for seq, computed in zip(seqs, (3, 1)):
-        seq.block_table = [3, 5]
-        seq.num_computed_tokens = computed
+    seqs = [SequenceState(seq_id, name, 0, prompt, params, 0, block_ids=[3, 5], num_computed_tokens=computed)
+            for seq_id, name, prompt, computed in ((0, "a", [11, 12, 13], 3), (1, "b", [21, 22], 1))]
     seqs[0].num_pending_tokens = 1  # its 4th token was sampled in row 1 of the previous step
     previous = SampledTokens(torch.tensor([90, 91, 92]), {seqs[0].seq_id: 1})
-    inputs = pack_inputs([ScheduledSequence(seqs[1], 1), ScheduledSequence(seqs[0], 1)], 4,
-                         torch.device("cpu"), previous)
+    inputs = pack_inputs([ScheduledRow(seqs[1], 1), ScheduledRow(seqs[0], 1)], 4, torch.device("cpu"), previous)
     assert inputs.input_ids.tolist() == [22, 91]
     assert inputs.positions.tolist() == [1, 3]
     assert inputs.attn_metadata.slot_mapping.tolist() == [3 * 4 + 1, 3 * 4 + 3]
@@ -177,18 +162,11 @@ def test_penalties_keep_steps_overlapped_by_reading_inside_the_launch(tiny_llama
     """A sequence that needs its latest token on the host no longer drains the pipeline: each
     decode launch queues its forward pass, then reads the step before, then samples."""
     llm = LLM(tiny_llama_dir, async_scheduling=True, **ENGINE)
-    runner, events = llm.engine.runner, []
-    launch = runner.launch
-
-    def spy(scheduled, before_sampling=None):
-        events.append(before_sampling is not None)
-        return launch(scheduled, before_sampling)
-
-    runner.launch = spy
+    log = StepLog(llm.engine.runner)
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, repetition_penalty=1.3)
     out = llm.generate([[5, 6, 7]], params, use_tqdm=False)
     assert len(out[0].outputs.token_ids) == 8
-    assert events == [False] + [True] * 7
+    assert log.read_inside() == [False] + [True] * 7
 
 
 def test_stop_strings_found_after_the_sampling_launch_end_sequences_as_before(smollm2_path):

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from fastllm import LLM, SamplingParams
+from fastllm.testing.steps import StepLog
 
 ENGINE = dict(load_format="dummy", dtype="float32", max_model_len=256, block_size=16, max_num_seqs=4,
               max_num_batched_tokens=64)
@@ -89,20 +90,9 @@ def test_steps_without_drafts_overlap_and_a_drafted_step_is_read_before_step_ret
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     expected = [LLM(tiny_llama_dir, **ENGINE).generate(prompts, params, use_tqdm=False)[0].outputs.token_ids]
     llm = _speculating(tiny_llama_dir, prompts, expected)
-    engine, events, drafted = llm.engine, [], set()
-    launch = engine.runner.launch
-
-    def spy(scheduled, before_sampling=None):
-        number = len([e for e in events if e[0] == "launch"])
-        events.append(("launch", number))
-        if any(item.num_draft_tokens for item in scheduled):
-            drafted.add(number)
-        pending = launch(scheduled, before_sampling)
-        results = pending.results
-        pending.results = lambda: (events.append(("read", number)), results())[1]
-        return pending
-
-    engine.runner.launch = spy
+    engine = llm.engine
+    log = StepLog(engine.runner)
+    events = log.events
     engine.add_request("r", None, prompts[0], params)
     tokens = []
     while engine.has_unfinished_requests():
@@ -110,10 +100,11 @@ def test_steps_without_drafts_overlap_and_a_drafted_step_is_read_before_step_ret
             tokens = output.outputs.token_ids
         events.append(("return", engine.in_flight is not None))
     assert tokens == expected[0]
-    num_launches = len([e for e in events if e[0] == "launch"])
+    num_launches = log.num_steps
+    drafted = {n for n, out in enumerate(log.outputs) if out.draft_token_ids}
     overlapped = 0
     for n in range(1, num_launches):
-        launched = events.index(("launch", n))
+        launched = events.index(("execute", n))
         returned = next(i for i in range(launched, len(events)) if events[i][0] == "return")
         if n in drafted:  # the step before was read before this launch, this one before step() returned
             assert events.index(("read", n - 1)) < launched < events.index(("read", n)) < returned
@@ -135,14 +126,16 @@ def test_a_decoder_without_wants_drafts_gets_every_step_read_before_the_next_lau
     expected = [o.outputs.token_ids for o in LLM(tiny_llama_dir, **ENGINE).generate(prompts, params, use_tqdm=False)]
     llm = _speculating(tiny_llama_dir, prompts, expected, decoder_cls=decoder_cls)
     pending_at_launch = []
-    launch = llm.engine.runner.launch
+    executor = llm.engine.runner
+    execute = executor.execute_model
 
-    def spy(scheduled, before_sampling=None):
-        pending_at_launch.extend(item.seq.num_pending_tokens for item in scheduled
-                                 if len(item.seq.output_token_ids) + 2 < params.max_tokens)  # room for a draft
-        return launch(scheduled, before_sampling)
+    def spy(scheduler_output):
+        seqs = [executor.runner.input_batch.seqs.get(seq_id) for seq_id in scheduler_output.seq_ids]
+        pending_at_launch.extend(seq.num_pending_tokens for seq in seqs  # the runner's view, as the step starts
+                                 if seq is not None and len(seq.output_token_ids) + 2 < params.max_tokens)
+        execute(scheduler_output)
 
-    llm.engine.runner.launch = spy
+    executor.execute_model = spy
     outputs = llm.generate(prompts, params, use_tqdm=False)
     assert [o.outputs.token_ids for o in outputs] == expected
     assert any(pending_at_launch) is (decoder_cls is _OracleThatSaysWhen)

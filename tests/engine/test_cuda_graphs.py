@@ -20,13 +20,11 @@ class _EagerReplay:
         self.graphs, self.key = graphs, key
 
     def replay(self) -> None:
-        g, (size, query_len) = self.graphs, self.key
-        tokens = size * query_len
-        g.outputs[self.key] = g.forward(g.input_ids[:tokens], g.positions[:tokens], g._metadata(size, query_len))
+        self.graphs.outputs[self.key] = self.graphs._forward(*self.key)
 
 
 def _eager_graphs(runner, max_batch: int, max_query_len: int = 1) -> DecodeGraphs:
-    graphs = DecodeGraphs(runner._eager_forward, max_batch, 8, 128, runner.device, max_query_len)
+    graphs = DecodeGraphs(runner._eager_forward, max_batch, 8, 128, runner.device, max_query_len, runner.adapters)
     graphs.graphs = {key: _EagerReplay(graphs, key) for key in graphs.keys}
     runner.graphs = graphs
     return graphs
@@ -52,7 +50,7 @@ def test_padded_decode_graphs_keep_greedy_output(tiny_llama_dir):
     graphs = _eager_graphs(llm.engine.runner.runner, 6)
     replayed = []
     run = graphs.run
-    graphs.run = lambda ids, pos, meta: replayed.append(meta.num_seqs) or run(ids, pos, meta)
+    graphs.run = lambda ids, pos, meta, *rest: replayed.append(meta.num_seqs) or run(ids, pos, meta, *rest)
     got = [o.outputs.token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert got == expected
     assert replayed and set(replayed) - set(graphs.sizes), "no step ran a padded graph"
@@ -101,8 +99,8 @@ def test_verification_graphs_pad_short_queries_and_keep_greedy_output(tiny_llama
     graphs = _eager_graphs(llm.engine.runner.runner, 4, max_query_len=5)
     shapes = []
     run = graphs.run
-    graphs.run = lambda ids, pos, meta: shapes.append((meta.num_seqs, tuple(meta.query_lens_cpu))) or \
-        run(ids, pos, meta)
+    graphs.run = lambda ids, pos, meta, *rest: shapes.append((meta.num_seqs, tuple(meta.query_lens_cpu))) or \
+        run(ids, pos, meta, *rest)
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     assert [o.outputs.token_ids for o in outputs] == expected
     assert sum(o.metrics.num_accepted_tokens for o in outputs) > 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastllm.engine.grammars import advance_grammars
-from fastllm.engine.pending_step import SequenceResult
+from fastllm.worker.pending_step import SequenceResult
 from fastllm.engine.scheduler import ScheduledSequence
 from fastllm.engine.sequence import Sequence
 from fastllm.sampling_params import SamplingParams

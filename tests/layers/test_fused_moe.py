@@ -99,3 +99,37 @@ def test_mixtral_names_map_to_the_stacked_weights():
     assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w3.weight") == ("model.layers.0.mlp.w13", (5, "up"))
     assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w2.weight") == ("model.layers.0.mlp.w2", (5, "down"))
     assert expert_checkpoint_target("model.layers.0.mlp.shared_experts.up_proj.weight") is None
+
+
+@pytest.mark.parametrize("method", ["int4", "nf4"])
+def test_four_bit_experts_reference_and_kernel_agree_near_the_float_layer(method):
+    """The quant plugin's 4-bit experts: the torch reference's dequantization and the grouped
+    kernel (under the interpreter) compute the same layer, close to the float one."""
+    from fastllm_kernels import fused_experts as kernel_fused_experts
+    from fastllm_kernels.quant import NF4_CODES
+    from fastllm_quant.experts import quantize_four_bit_experts
+    from fastllm_quant.int4 import quantize_int4
+    from fastllm_quant.nf4 import quantize_nf4
+
+    torch.manual_seed(0)
+    moe = FusedMoE(TopKRouter(64, E, 2), 32)
+    moe.w13.data, moe.w2.data = torch.randn(E, 64, 64) / 8, torch.randn(E, 64, 32) / 6
+    hidden = torch.randn(9, 64)
+    topk_weights, topk_ids = torch.rand(9, 2).softmax(-1), torch.randint(0, E - 2, (9, 2))  # two experts idle
+    topk_ids[0, 1] = topk_ids[0, 0]
+    float_out = fused_experts_reference(hidden, moe.w13, moe.w2, topk_weights, topk_ids)
+    group = 32 if method == "int4" else 16
+    if method == "int4":
+        quantize_four_bit_experts(moe, quantize_int4, group)
+    else:
+        quantize_four_bit_experts(moe, quantize_nf4, group, NF4_CODES)
+    formats = {"w13_scale": moe.w13_scale, "w2_scale": moe.w2_scale, "book": moe.book,
+               "w13_zero": moe.w13_zero, "w2_zero": moe.w2_zero}
+
+    reference = fused_experts_reference(hidden, moe.w13, moe.w2, topk_weights, topk_ids, "silu", **formats)
+    kernel = kernel_fused_experts(hidden, moe.w13, moe.w2, topk_weights, topk_ids,
+                                  **{name: value for name, value in formats.items() if value is not None})
+
+    assert moe.w13.dtype == torch.uint8 and moe.w13.shape == (E, 64, 32) and moe.w13_scale.shape == (E, 64, 64 // group)
+    assert ((kernel - reference).norm() / reference.norm()).item() < 1e-5
+    assert ((reference - float_out).norm() / float_out.norm()).item() < 0.15

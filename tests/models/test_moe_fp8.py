@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from fastllm import LLM
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.layers.fused_moe import FusedMoE
 from tests.models.test_moe_quantization import _prompt_logprobs
 from tests.models.tiny_checkpoints import save_tiny_checkpoint

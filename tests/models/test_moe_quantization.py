@@ -1,6 +1,7 @@
 """FastDeploy's weight-only names on an MoE model: ``wint8`` / ``wint4`` are the int8 / int4
 quantizers, and they quantize every linear layer outside the routed experts (attention, dense
-and shared-expert MLPs); the router and the stacked expert weights stay in the model dtype."""
+and shared-expert MLPs); the router stays in the model dtype, and so do the stacked expert
+weights under int8, while int4 and nf4 pack them into 4-bit codes for the grouped kernel."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from fastllm import LLM, SamplingParams
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.layers.fused_moe import FusedMoE
 from fastllm.quantization import QuantizedLinear
 from fastllm.registry import registry
@@ -37,8 +38,10 @@ def test_fastdeploy_names_are_aliases():
 
 
 # mean |logprob error| per prompt token: twice what these loud random weights measured
-@pytest.mark.parametrize("method, mean_error", [("wint8", 0.05), ("wint4", 1.0)])
-def test_quantizes_all_but_the_routed_experts(ernie_moe, method, mean_error):
+@pytest.mark.parametrize("method, mean_error, expert_dtype", [("wint8", 0.05, torch.float32),
+                                                               ("wint4", 1.0, torch.uint8),
+                                                               ("nf4", 1.0, torch.uint8)])
+def test_quantizes_every_linear_layer_and_4_bit_the_routed_experts(ernie_moe, method, mean_error, expert_dtype):
     folder, expected = ernie_moe
     llm = LLM(folder, dtype="float32", quantization=method, num_gpu_blocks_override=16)
     model = engine_model(llm)
@@ -46,5 +49,7 @@ def test_quantizes_all_but_the_routed_experts(ernie_moe, method, mean_error):
                  if isinstance(module, QuantizedLinear)}
     assert quantized == QUANTIZED
     moe = model.model.layers[1].mlp
-    assert isinstance(moe, FusedMoE) and moe.w13.dtype == moe.w2.dtype == moe.gate.weight.dtype == torch.float32
+    assert isinstance(moe, FusedMoE) and moe.gate.weight.dtype == torch.float32
+    assert moe.w13.dtype == moe.w2.dtype == expert_dtype
+    assert (moe.w13_zero is None) == (method != "wint4") and (moe.book is None) == (method != "nf4")
     assert (_prompt_logprobs(llm) - expected).abs().mean().item() < mean_error

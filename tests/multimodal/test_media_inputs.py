@@ -10,7 +10,7 @@ from PIL import Image
 from fastllm import LLM, SamplingParams
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
-from tests.multimodal.tiny_vl import IMAGE, build_checkpoint, data_url, hf_greedy_mm, image
+from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, data_url, hf_greedy_mm, image
 from tests.server.conftest import start_server
 
 GREEDY = SamplingParams(max_tokens=5, temperature=0.0)
@@ -53,7 +53,7 @@ def test_chat_image_parts_match_hf(checkpoint, llm, tmp_path):
     ({"image": ["data:image/png;base64,@@@"]}, "base64"),
     ({"image": [image(28, 28, 0)] * 2}, "placeholders"),
     ({"audio": [b"x"]}, "unknown modality"),
-    ({"video": ["clip.mp4"]}, "frames"),
+    ({"video": ["clip.mp4"]}, "local media"),
 ])
 def test_bad_media_fails_only_its_request(llm, media, reason):
     good = {"prompt": "ok " + IMAGE, "multimodal_data": {"image": [image(28, 28, 5)]}}
@@ -142,3 +142,74 @@ def test_remote_media_only_from_allowed_hosts_without_redirects():
             fetch_allowed({"image": [base + "/moved"]}, ["127.0.0.1"])
     finally:
         server.shutdown()
+
+
+def animation_url(frames: list[np.ndarray], milliseconds: int) -> str:
+    """An animated PNG (lossless, unlike GIF) data URL, each frame shown ``milliseconds``."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    first, *rest = [Image.fromarray(f) for f in frames]
+    first.save(buffer, format="PNG", save_all=True, append_images=rest, duration=milliseconds, loop=0)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_video_inputs_match_hf(checkpoint, llm):
+    """A video as a frame array, as a list of PIL frames, and as an encoded animation sampled at
+    2 frames per second all give HF's tokens; an image and a video share one prompt."""
+    _, hf, tokenizer = checkpoint
+    frames = [image(56, 84, 40 + i) for i in range(4)]
+    clip = np.stack(frames)
+    prompt = "Frames " + IMAGE + " then " + VIDEO + " why?"
+    still = image(60, 40, 44)
+    # each frame twice for 250 ms, sampled every 500 ms: the four frames again
+    encoded = animation_url([f for f in frames for _ in range(2)], 250)
+    outs = llm.generate([{"prompt": prompt, "multimodal_data": {"image": [still], "video": [video]}}
+                         for video in (clip, [Image.fromarray(f) for f in frames], encoded)], GREEDY, use_tqdm=False)
+    assert [o.error_code for o in outs] == [200, 200, 200], [o.error_msg for o in outs]
+    for out, video in zip(outs, (clip, clip, clip)):
+        ids, mm = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"],
+                                                {"image": [Image.fromarray(still)], "video": [video]})
+        assert out.outputs.token_ids == hf_greedy_mm(hf, ids, list(mm.items), GREEDY.max_tokens)
+
+
+def test_video_url_chat_part_and_frame_limit(checkpoint, llm):
+    _, hf, tokenizer = checkpoint
+    frames = [image(56, 56, 50 + i) for i in range(2)]
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": animation_url(frames, 500)}},
+                                             {"type": "text", "text": "What happens?"}]}]
+    out = llm.chat(messages, GREEDY, use_tqdm=False)[0]
+    assert out.error_code == 200, out.error_msg
+    ids, mm = llm.engine.multimodal.process(tokenizer(out.prompt, add_special_tokens=False)["input_ids"],
+                                            {"video": [np.stack(frames)]})
+    assert out.outputs.token_ids == hf_greedy_mm(hf, ids, list(mm.items), GREEDY.max_tokens)
+    # two frames of 400 s each: 1600 samples at 2 per second, refused before any is decoded
+    long = {"role": "user", "content": [{"type": "video_url", "video_url": {"url": animation_url(frames, 400_000)}}]}
+    refused = llm.chat([long], GREEDY, use_tqdm=False)[0]
+    assert refused.error_code == 400 and "exceeds 768 frames" in refused.error_msg
+
+
+def test_encoded_video_sampled_at_two_frames_per_second():
+    """An MP4 of 8 frames at 4 fps (lossless RGB H.264) decodes to its frames 0, 2, 4, 6;
+    bytes that are no video fail with a RequestError."""
+    import io
+
+    from fastllm.engine.input_processor import RequestError
+    from fastllm.multimodal.media import load_video
+
+    with pytest.raises(RequestError):
+        load_video(b"not a video")
+    av = pytest.importorskip("av")
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264rgb", rate=4)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "rgb24"
+        for i in range(8):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 30 * i, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    frames = load_video(buffer.getvalue())
+    assert frames.shape == (4, 48, 64, 3) and frames[:, 0, 0, 0].tolist() == [0, 60, 120, 180]

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import torch
 
-from fastllm.engine.sequence import Sequence
+from fastllm.engine.grammars import GrammarMasks
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
 from fastllm.sampling.logits_processors import apply_logit_edits
 from fastllm.sampling.sampler import Sampler, mask_top_k_top_p_min_p
 from fastllm.sampling_params import SamplingParams
+from fastllm.worker.input_batch import SequenceState
 
 
 def _batch(params: list[SamplingParams], outputs: list[list[int]] | None = None, prompt=(5, 6)) -> SamplingBatch:
     rows = []
     for i, p in enumerate(params):
-        seq = Sequence("r", 0, list(prompt), p, frozenset({0}), 100)
         out = (outputs or [[]] * len(params))[i]
-        seq.output_token_ids = list(out)
+        seq = SequenceState(i, "r", 0, list(prompt), p, 0, eos_token_ids=frozenset({0}), output_token_ids=list(out))
         rows.append(SamplingRow(seq, list(out)))
     return SamplingBatch.build(rows, torch.device("cpu"))
 
@@ -142,9 +142,6 @@ def test_grammar_mask_with_edits_equals_edits_then_mask_and_the_grammar_wins_a_d
               SamplingParams(min_tokens=4)]
     allowed = [{1, 2, 5}, {2, 3, 4}, {0, 3}, None, {0, 6}]
     batch = _batch(params, [[1, 5, 1], [], [2], [], [6]])
-    for row, tokens in zip(batch.rows, allowed):
-        row.seq.structured_state = tokens
-    batch.matchers = allowed
     logits = torch.randn(len(params), 8, generator=torch.Generator().manual_seed(3))
     reference = apply_logit_edits(logits.clone(), batch)
     _AllowList().apply_bitmask(reference, allowed)
@@ -152,7 +149,8 @@ def test_grammar_mask_with_edits_equals_edits_then_mask_and_the_grammar_wins_a_d
     _AllowList().apply_bitmask(grammar_only, allowed)
     reference[2] = grammar_only[2]
     backend = _AllowList()
-    dist = Sampler().distribution(logits.clone(), batch, backend)
+    grammar = GrammarMasks(backend, {row.seq.seq_id: tokens for row, tokens in zip(batch.rows, allowed) if tokens})
+    dist = Sampler().distribution(logits.clone(), batch, grammar)
     torch.testing.assert_close(dist.logits, reference)
     assert backend.calls == 1
     assert dist.greedy_tokens[2].item() in {0, 3}
@@ -160,10 +158,9 @@ def test_grammar_mask_with_edits_equals_edits_then_mask_and_the_grammar_wins_a_d
 
 def test_grammar_rows_without_edits_are_masked_in_place():
     batch = _batch([SamplingParams(), SamplingParams()])
-    batch.matchers = [{1, 2}, None]
     logits = torch.randn(2, 6, generator=torch.Generator().manual_seed(4))
     raw = logits.clone()
-    dist = Sampler().distribution(logits, batch, _AllowList())
+    dist = Sampler().distribution(logits, batch, GrammarMasks(_AllowList(), {batch.rows[0].seq.seq_id: {1, 2}}))
     assert dist.logits.data_ptr() == logits.data_ptr()
     assert torch.isfinite(dist.logits[0]).nonzero().flatten().tolist() == [1, 2]
     assert torch.equal(dist.logits[1], raw[1])

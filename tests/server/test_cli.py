@@ -21,7 +21,6 @@ from tests.server.conftest import HOST, free_port
 
 @pytest.mark.parametrize("flags, reason", [
     (["--num-scheduler-steps", "8"], "multi-step"),
-    (["--distributed-executor-backend", "ray"], "executor backend"),
     (["--max-seq-len-to-capture", "4096"], "CUDA-graph"),
     (["--scheduler-delay-factor", "0.5"], "scheduler delay"),
     (["--tokenizer-extension-path", "/ext/vllm_extension.py"], "tokenizer extensions"),
@@ -41,16 +40,19 @@ def test_server_flags_of_the_table_reach_the_engine():
     args = build_parser().parse_args([
         "serve", "/models/m", "--host", "127.0.0.1", "--port", "8501", "--chat-template", "chatml",
         "--tokenizer", "/models/tok", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3", "--max-model-len", "4096",
-        "-tp", "2", "--enable-prefix-caching", "--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "1024",
+        "-tp", "2", "-pp", "2", "--distributed-executor-backend", "ray", "--enable-prefix-caching",
+        "--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "1024",
         "--max-num-seqs", "8", "-q", "weight_only_int8", "--enforce-eager", "--enable-chunked-prefill", "false"])
     engine = engine_config_from_args(args)
     assert (args.host, args.port) == ("127.0.0.1", 8501)
     assert engine.model_dump(include={
         "model", "chat_template", "tokenizer", "dtype", "kv_cache_dtype", "max_model_len", "tensor_parallel_size",
-        "enable_prefix_caching", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "quantization",
+        "pipeline_parallel_size", "distributed_executor_backend", "enable_prefix_caching", "gpu_memory_utilization",
+        "max_num_batched_tokens", "max_num_seqs", "quantization",
         "enforce_eager", "enable_chunked_prefill"}) == dict(
         model="/models/m", chat_template="chatml", tokenizer="/models/tok", dtype="bfloat16",
-        kv_cache_dtype="fp8_e4m3", max_model_len=4096, tensor_parallel_size=2, enable_prefix_caching=True,
+        kv_cache_dtype="fp8_e4m3", max_model_len=4096, tensor_parallel_size=2, pipeline_parallel_size=2,
+        distributed_executor_backend="ray", enable_prefix_caching=True,
         gpu_memory_utilization=0.8, max_num_batched_tokens=1024, max_num_seqs=8, quantization="weight_only_int8",
         enforce_eager=True, enable_chunked_prefill=False)
     assert build_parser().parse_args(["serve"]).port == 8000

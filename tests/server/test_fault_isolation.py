@@ -30,7 +30,7 @@ def _raise_once(target, name: str):
 
 
 def test_a_failing_step_fails_its_request_with_a_generic_500(engine, server, monkeypatch):
-    monkeypatch.setattr(engine.engine.runner, "launch", _raise_once(engine.engine.runner, "launch"))
+    monkeypatch.setattr(engine.engine.runner, "execute_model", _raise_once(engine.engine.runner, "execute_model"))
     response = server.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 4})
     assert response.status_code == 500, response.text
     message = response.json()["error"]["message"]
@@ -52,7 +52,7 @@ def test_an_engine_that_cannot_recover_stops_and_calls_on_dead(tiny_llama_dir):
     def broken(*args, **kwargs):
         raise IndexError(SECRET)
 
-    engine.engine.runner.launch = broken
+    engine.engine.runner.execute_model = broken
     engine.engine.abort_request = broken
 
     async def run() -> None:

@@ -62,7 +62,8 @@ def test_drafts_are_clipped_and_draft_rows_masked_after_the_drafts_before_them(s
     seq.draft_token_ids = tokens
     vocab = engine.hf_config.vocab_size
     logits = torch.zeros(len(tokens) + 1, vocab)
-    apply_grammar_masks(backend, logits, [seq] * len(logits), [seq.structured_state] * len(logits))
+    apply_grammar_masks(backend, logits, [seq.seq_id] * len(logits), {seq.seq_id: seq.structured_state},
+                        {seq.seq_id: tokens})
     for depth in range(len(logits)):  # a fresh matcher advanced by hand through the same drafts
         expected, reference = torch.zeros(1, vocab), backend.new_matcher(compiled)
         assert backend.accept_prefix(reference, tokens[:depth]) == depth

@@ -52,6 +52,11 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=None)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=None)
+    parser.add_argument("--enable-expert-parallel", action="store_true", default=None,
+                        help="place MoE experts whole over the tensor-parallel ranks instead of slicing each")
+    parser.add_argument("--distributed-executor-backend", default=None, choices=["mp", "ray"],
+                        help="start ranks 1..N-1 as local processes (mp, default) or as actors of a Ray cluster "
+                             "(ray: RAY_ADDRESS, else a local one; pip install fastllm[ray])")
     parser.add_argument("--block-size", type=int, default=None, help="tokens per KV block (default 64)")
     parser.add_argument("--max-num-seqs", type=int, default=None, help="sequences per step (default 256)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
@@ -61,8 +66,9 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--enable-chunked-prefill", nargs="?", const=True, default=None, type=env_bool,
                         help="on by default; '--enable-chunked-prefill false' turns it off")
     parser.add_argument("--enforce-eager", action="store_true", default=None)
-    parser.add_argument("--tp-cuda-graphs", action="store_true", default=None,
-                        help="capture CUDA graphs under tensor parallelism too (faster decode; opt-in)")
+    parser.add_argument("--tp-cuda-graphs", nargs="?", const=True, default=None, type=env_bool,
+                        help="capture CUDA graphs under tensor parallelism too (default on); "
+                             "'--tp-cuda-graphs false' turns it off")
     parser.add_argument("--async-scheduling", nargs="?", const=True, default=None, type=env_bool,
                         help="queue each step before reading the last one's tokens (default: on CUDA); "
                              "'--async-scheduling false' turns it off")

@@ -15,7 +15,6 @@ SUBCOMMANDS = (
     "fastllm.entrypoints.cli.plugins",
     "fastllm.entrypoints.cli.bench",
     "fastllm.entrypoints.cli.serve",
-    "fastllm.entrypoints.cli.quantize",
 )
 
 

@@ -25,8 +25,6 @@ logger = logging.getLogger("fastllm")
 # dest -> (is the value something we cannot do?, why)
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "num_scheduler_steps": (lambda v: v not in (None, 1), "multi-step scheduling is not supported"),
-    "distributed_executor_backend": (lambda v: v not in (None, "mp"),
-                                     "only the 'mp' executor backend is available"),
     "max_seq_len_to_capture": (lambda v: v is not None, "CUDA-graph capture length is not configurable"),
     "scheduler_delay_factor": (lambda v: v not in (None, 0.0), "a scheduler delay is not supported"),
     "tokenizer_extension_path": (lambda v: v is not None, "tokenizer extensions are not supported"),
@@ -69,11 +67,12 @@ def check_plugins(config: EngineConfig) -> None:
     """Fail on an unknown plugin name now, not after the weights are loaded."""
     wanted = [("quantizers", config.quantization), ("tool_parsers", config.tool_call_parser),
               ("reasoning_parsers", config.reasoning_parser),
-              ("speculative_decoders", (config.speculative_config or {}).get("method")),
-              ("adapter_managers", "lora" if config.enable_lora else None)]
+              ("speculative_decoders", (config.speculative_config or {}).get("method"))]
     for kind, name in wanted:
         if name:
             registry.get(kind, name)
+    if config.enable_lora:
+        registry.only("adapter_managers", "enable_lora")
 
 
 def server_config_from_args(args: argparse.Namespace, engine_config: EngineConfig) -> ServerConfig:
@@ -113,7 +112,7 @@ def lora_modules(specs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastllm.engine.async_llm import AsyncLLM
+    from fastllm.engine.core_client import EngineCoreClient
     from fastllm.entrypoints.openai.api_server import build_app, run_server
 
     args.model = args.model or args.model_option
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     engine_config = engine_config_from_args(args, **({"enable_lora": True} if runtime_lora else {}))
     check_plugins(engine_config)
     server_config = server_config_from_args(args, engine_config)
-    engine = AsyncLLM(engine_config, request_window=args.request_window)
+    engine = EngineCoreClient(engine_config, request_window=args.request_window)
     try:
         run_server(build_app(engine, server_config), args.host, args.port, server_config.shutdown_timeout,
                    args.uvicorn_log_level)
@@ -180,7 +179,6 @@ def _add_unsupported_args(parser: argparse.ArgumentParser) -> None:
     """Flags of 003's table that fastllm refuses: parsed only so that ``check_flags`` can explain."""
     group = parser.add_argument_group("not supported (refused at start)")
     group.add_argument("--num-scheduler-steps", type=int, default=None)
-    group.add_argument("--distributed-executor-backend", default=None)
     group.add_argument("--max-seq-len-to-capture", type=int, default=None)
     group.add_argument("--scheduler-delay-factor", type=float, default=None)
     group.add_argument("--tokenizer-extension-path", default=None)

@@ -11,7 +11,7 @@ refused before anything else looks at it.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -190,15 +190,14 @@ class SamplingRequest(RequestModel):
         return GuidedDecodingParams(**spec) if spec else None
 
     def sampling_params(self, max_tokens: Optional[int], logprobs: Optional[int] = None,
-                        prompt_logprobs: Optional[int] = None, n: Optional[int] = None,
-                        extra_stop_token_ids: Sequence[int] = ()) -> SamplingParams:
+                        prompt_logprobs: Optional[int] = None, n: Optional[int] = None) -> SamplingParams:
         """Only the fields the client set, so SamplingParams' defaults stay the defaults."""
         given = {key: getattr(self, key) for key in (
             "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
             "repetition_penalty") if getattr(self, key) is not None}
         return SamplingParams(
             **given, n=n or self.n, seed=self.seed, max_tokens=max_tokens, min_tokens=self.min_tokens,
-            stop=self.stop, stop_token_ids=list(self.stop_token_ids or []) + list(extra_stop_token_ids),
+            stop=self.stop, stop_token_ids=list(self.stop_token_ids or []),
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
             logit_bias=self.logit_bias or {}, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens, guided_decoding=self.guided_decoding())

@@ -16,7 +16,8 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from fastllm.chat import ResolvedTemplate, resolve_chat_template, template_source, template_variables, tool_parser
+from fastllm.chat import ResolvedTemplate, template_source, template_variables
+from fastllm.chat.inputs import ChatInputs
 from fastllm.chat.sandbox import TemplateRenderer
 from fastllm.entrypoints.openai.chat_choice import ChoiceStream
 from fastllm.entrypoints.openai.chat_tools import check_tool_choice, forced_guided_decoding
@@ -62,11 +63,10 @@ class ChatServing:
     def __init__(self, ctx: ServingContext):
         self.ctx = ctx
         config = ctx.engine.config
-        self.template = resolve_chat_template(ctx.tokenizer, config.model, config.chat_template)
-        parser_name = config.tool_call_parser or self.template.tool_call_parser
-        if ctx.config.enable_auto_tool_choice and parser_name is None:
+        self.chat = ChatInputs(ctx.tokenizer, config.model, config.chat_template, config.tool_call_parser)
+        self.template, self.tool_parser = self.chat.template, self.chat.tool_parser
+        if ctx.config.enable_auto_tool_choice and self.tool_parser is None:
             raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
-        self.tool_parser = tool_parser(parser_name, ctx.tokenizer) if parser_name else None
         self.auto_tools = self.tool_parser is not None and (
             ctx.config.enable_auto_tool_choice or self.template.tool_call_parser is not None)
         self.renderer = TemplateRenderer(max_chars=ctx.engine.inputs.max_text_chars)
@@ -105,14 +105,11 @@ class ChatServing:
         max_tokens = (request.max_completion_tokens or request.max_tokens
                       or max(1, self.ctx.engine.max_model_len - prompt_len))
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
-        params = self.ctx.sampling_params(lambda: request.sampling_params(
-            max_tokens, logprobs, extra_stop_token_ids=template.extra_stop_token_ids))
-        update: dict[str, Any] = {}
+        params = self.ctx.sampling_params(lambda: request.sampling_params(max_tokens, logprobs))
+        params = self.chat.sampling_params(params, template, self._parses_tools(request))
         if (forced := forced_guided_decoding(request)) is not None:
-            update["guided_decoding"] = forced
-        if self._parses_tools(request) and self.tool_parser.requires_special_tokens:
-            update["skip_special_tokens"] = False
-        return params.model_copy(update=update) if update else params
+            params = params.model_copy(update={"guided_decoding": forced})
+        return params
 
     def _parses_tools(self, request: ChatCompletionRequest) -> bool:
         return bool(request.tools) and request.effective_tool_choice == "auto" and self.tool_parser is not None

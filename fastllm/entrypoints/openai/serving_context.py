@@ -94,20 +94,20 @@ class ServingContext:
         if name in self.adapters or name in self.config.served_model_names:
             raise OpenAIError(400, f"the model name `{name}` is already in use", "lora_name")
         request = LoRARequest(name, next(self._adapter_ids), path)
-        await self._on_engine(lambda engine: engine.add_adapter(request))
+        await self._on_engine(self.engine.add_adapter(request))
         self.adapters[name] = request
         return f"Success: LoRA adapter '{name}' added successfully."
 
     async def unload_adapter(self, name: str) -> str:
         if name not in self.adapters:
             raise OpenAIError(404, f"no LoRA adapter is named `{name}`", "lora_name", "model_not_found")
-        await self._on_engine(lambda engine: engine.remove_adapter(self.adapters[name].lora_int_id))
+        await self._on_engine(self.engine.remove_adapter(self.adapters[name].lora_int_id))
         del self.adapters[name]
         return f"Success: LoRA adapter '{name}' removed successfully."
 
-    async def _on_engine(self, fn: Callable[[Any], Any]) -> Any:
+    async def _on_engine(self, work: Awaitable[T]) -> T:
         try:
-            return await self.engine.call(fn)
+            return await work
         except RequestError as exc:
             raise OpenAIError(exc.code, str(exc)) from exc
         except EngineDeadError as exc:

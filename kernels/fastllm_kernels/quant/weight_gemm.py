@@ -12,6 +12,8 @@ Formats (constexpr flags), weights ``q`` rows-first ``[N, K / codes per byte]``:
 * int8 / fp8-e4m3: one code a byte, one scale per output channel applied after the K loop.
 * int4: two codes a byte (``pack_int4``), ``(q - zero) * scale`` per group of K.
 * nf4: two codes a byte, ``NF4[q] * absmax`` per block of K.
+* dense: the 16-bit float weights themselves (no scale), so an unquantized layer at batch 1
+  gets the same dependent launch: its first slice loads under the previous kernel.
 
 ``_gemv_kernel`` (one row of x) is the decode kernel: small programs read ``q`` as 32-bit
 words and turn codes into floats with magic numbers (``dequant``), no integer-to-float
@@ -44,6 +46,7 @@ class WeightFormat:
     four_bit: bool
     fp8: bool = False
     nf4: bool = False
+    dense: bool = False
     has_zero: bool = False
     group: int = 0
 
@@ -84,11 +87,14 @@ def _gemv_units(q_rows, k0, K, CODES: tl.constexpr, EVEN_K: tl.constexpr, MASK_U
 @triton.jit
 def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K, stride_sn, magic,
                 GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr, NF4_TABLE: tl.constexpr,
-                HAS_ZERO: tl.constexpr, UNITS: tl.constexpr, LANE_K: tl.constexpr, EVEN_K: tl.constexpr):
+                HAS_ZERO: tl.constexpr, UNITS: tl.constexpr, LANE_K: tl.constexpr, EVEN_K: tl.constexpr,
+                DENSE: tl.constexpr):
     """``acc [BLOCK_N, LANES]`` plus the products of one slice of W (``units``, loaded) at ``k0``."""
-    CODES: tl.constexpr = 1 if FP8 else 32 // BITS
+    CODES: tl.constexpr = 1 if FP8 or DENSE else 32 // BITS
     tile = tl.reshape(units, (units.shape[0], units.shape[1] // UNITS, UNITS))
-    if FP8:
+    if DENSE:
+        by_unit = columns(tile.to(tl.float32), UNITS)
+    elif FP8:
         by_unit = columns(tile.to(tl.float8e4nv, bitcast=True).to(tl.float32), UNITS)
     elif BITS == 8:
         by_unit = columns(tile.to(tl.uint32, bitcast=True) ^ 0x80808080, UNITS)
@@ -108,7 +114,7 @@ def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K,
         if NF4_TABLE:  # a run is one word
             pairs = pair_values(by_unit[run], book)
         for e in tl.static_range(8):
-            if FP8:
+            if FP8 or DENSE:
                 value = by_unit[run * 8 + e]
             elif NF4_TABLE:
                 value = pairs[e]
@@ -136,7 +142,7 @@ def _gemv_kernel(
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr,
+    DENSE: tl.constexpr, PDL: tl.constexpr,
 ):
     """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
     inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one 16-byte
@@ -151,7 +157,7 @@ def _gemv_kernel(
     ends."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    CODES: tl.constexpr = 1 if FP8 else 32 // BITS
+    CODES: tl.constexpr = 1 if FP8 or DENSE else 32 // BITS
     LANE_K: tl.constexpr = UNITS * CODES  # inputs of one lane and row per slice
     LANES: tl.constexpr = BLOCK_K // LANE_K
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -173,20 +179,20 @@ def _gemv_kernel(
             next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K, MASK_UNITS)
             acc = _gemv_slice(acc, units, (pid_k * ITERS + i) * BLOCK_K, x_ptr, x_run, s_ptr, z_ptr, book, rows,
                               lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
-                              EVEN_K)
+                              EVEN_K, DENSE)
             units = next_units
     else:
         acc = _gemv_slice(acc, units, first, x_ptr, x_run, s_ptr, z_ptr, book, rows,
                           lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
-                          EVEN_K)
+                          EVEN_K, DENSE)
         for i in range(1, ITERS):
             k0 = (pid_k * ITERS + i) * BLOCK_K
             units = _gemv_units(q_rows, k0, K, CODES, EVEN_K, MASK_UNITS)
             acc = _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows,
                               lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
-                              EVEN_K)
+                              EVEN_K, DENSE)
     out = tl.sum(acc, axis=1)
-    if BITS == 8:
+    if BITS == 8 and not DENSE:
         out *= tl.load(s_ptr + rows).to(tl.float32)
     _write_output(out[None, :], tl.arange(0, 1), cols, 1, N, y_ptr, 0, ws_ptr, lock_ptr, pid_n, pid_k, SPLIT_K)
 
@@ -197,7 +203,7 @@ def _gemm_kernel(
     stride_xm, stride_qn, stride_sn, stride_ym,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, DENSE: tl.constexpr, PDL: tl.constexpr,
 ):
     """``x [M, K]``, M > 1: tiles of small exact weight values in x's dtype go through the tensor
     cores; a 4-bit slice (``BLOCK_K`` divides the group) has one scale per column, applied to
@@ -232,7 +238,7 @@ def _gemm_kernel(
                              mask=col_in[:, None] & (k0 // PACK + kb < K // PACK)[None, :], other=0)
         if FP8:
             w = packed.to(tl.float8e4nv, bitcast=True).to(x.dtype)
-        elif BITS == 8:
+        elif BITS == 8 or DENSE:
             w = packed.to(x.dtype)  # Triton widens int8 with byte permutes and a magic number, no I2F
         else:
             codes = tl.reshape(tl.join(packed & 0xF, packed >> 4), (BLOCK_N, BLOCK_K))
@@ -255,7 +261,7 @@ def _gemm_kernel(
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION) * scale[None, :]
         else:
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-    if BITS == 8:
+    if BITS == 8 and not DENSE:
         acc *= tl.load(s_ptr + cols, mask=col_in, other=0.0).to(tl.float32)[None, :]
     tile = pid_m * tl.num_programs(0) + pid_n
     _write_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k, SPLIT_K)
@@ -290,8 +296,9 @@ def uses_pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.devic
 
 
 def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
-    """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; only int4
-    loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``). nf4 with the
+    """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; int4
+    loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``), and dense 16-bit
+    weights, which have as many bytes a lane (not swept). nf4 with the
     pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes spread
     along K (a slice of 1024 inputs a warp), 8 rows, the next slice loaded ahead (chosen by
     timing whole decodes: one-layer timings did not predict them). More rows: 32 columns, one
@@ -300,8 +307,8 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
         if k >= 2048 and uses_pair_table(fmt, x_dtype, device):
             warps = min(4, triton.next_power_of_2(k) // 1024)
             return Tiling(8, 1024 * warps, num_warps=warps, num_stages=2)
-        ahead = fmt.four_bit and not fmt.nf4
-        return Tiling(4, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=2 if ahead else 1)
+        ahead = fmt.dense or (fmt.four_bit and not fmt.nf4)
+        return Tiling(4, 256 if fmt.dense else 1024 if fmt.four_bit else 512, num_warps=1, num_stages=2 if ahead else 1)
     return Tiling(32, min(fmt.group, 128) if fmt.four_bit else 128, num_stages=4)
 
 
@@ -310,6 +317,8 @@ def lane_units(fmt: WeightFormat) -> int:
     4-bit group of 16 codes (a lane's sum has one scale)."""
     if fmt.fp8:
         return 16
+    if fmt.dense:
+        return 8
     return min(4, fmt.group // 8) if fmt.four_bit else 4
 
 
@@ -352,7 +361,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
     asks for the same few shapes over and over)."""
     tiling = tiling or default_tiling(m, k, fmt, x_dtype, device)
     if m == 1:
-        lane_k = lane_units(fmt) * (1 if fmt.fp8 else 8 if fmt.four_bit else 4)
+        lane_k = lane_units(fmt) * (1 if fmt.fp8 or fmt.dense else 8 if fmt.four_bit else 4)
         block_k = max(lane_k, min(tiling.block_k, triton.next_power_of_2(k)))
     else:
         block_k = min(tiling.block_k, max(MIN_DOT_K, triton.next_power_of_2(k)))
@@ -367,7 +376,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
     per_split = triton.cdiv(iters, split)
     split = triton.cdiv(iters, per_split)  # no split left without a slice
     constexprs = dict(GROUP=max(fmt.group, 1), BITS=4 if fmt.four_bit else 8, FP8=fmt.fp8, NF4=fmt.nf4,
-                      HAS_ZERO=fmt.has_zero, SPLIT_K=split, BLOCK_N=tiling.block_n, BLOCK_K=block_k,
+                      DENSE=fmt.dense, HAS_ZERO=fmt.has_zero, SPLIT_K=split, BLOCK_N=tiling.block_n, BLOCK_K=block_k,
                       EVEN_K=k % block_k == 0 and iters % split == 0, ITERS=per_split,
                       num_warps=tiling.num_warps, num_stages=tiling.num_stages, **pdl_launch(device))
     if m == 1:
@@ -386,7 +395,8 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
                 codebook: torch.Tensor | None, fmt: WeightFormat, tiling: Tiling | None = None) -> torch.Tensor:
     """``x [M, K]`` (fp16/bf16/fp32) -> ``[M, N]`` in x's dtype. ``qweight [N, K / codes per byte]``
     with contiguous rows, K a multiple of 8 (4-bit) or 4 (int8: whole 32-bit words); ``scales``
-    ``[N]`` (8-bit) or ``[N, K / group]`` (4-bit), as ``zeros``."""
+    ``[N]`` (8-bit) or ``[N, K / group]`` (4-bit), as ``zeros``; dense: ``qweight`` holds the
+    float weights, ``scales`` is None."""
     m, k = x.shape
     n = qweight.shape[0]
     pack = 2 if fmt.four_bit else 1
@@ -394,19 +404,20 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
         raise ValueError(f"x has {k} features; qweight {tuple(qweight.shape)} holds {pack} code(s) a byte")
     if fmt.four_bit and (k % fmt.group or fmt.group < 16 or fmt.group & (fmt.group - 1)):
         raise ValueError(f"group {fmt.group} must be a power of two from 16 dividing {k} input features")
-    if not fmt.fp8 and k % (8 if fmt.four_bit else 4):
+    if not (fmt.fp8 or fmt.dense) and k % (8 if fmt.four_bit else 4):
         raise ValueError(f"{k} input features do not fill whole 32-bit words")
     x = x.contiguous()
     launch = plan(m, n, k, fmt, tiling, x.dtype, x.device)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     workspace, counters = _scratch(x.device)
+    scales = qweight if scales is None else scales
     zeros = scales if zeros is None else zeros
     codebook = scales if codebook is None else codebook
     meta_stride = scales.stride(0) if fmt.four_bit else 1
     if fmt.fp8:
         qweight = qweight.view(torch.uint8)
     if m == 1:
-        words = qweight if fmt.fp8 else qweight.view(torch.int32)  # the GEMV reads 32-bit words
+        words = qweight if fmt.fp8 or fmt.dense else qweight.view(torch.int32)  # the GEMV reads 32-bit words
         launch.kernel[launch.grid](x, words, scales, zeros, codebook, y, workspace, counters, n, k,
                                    words.stride(0), meta_stride, MAGIC, **launch.constexprs)
     else:

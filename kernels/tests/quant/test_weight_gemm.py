@@ -15,8 +15,9 @@ from fastllm_kernels.quant.fp8_gemm import FP8, fp8_gemm, fp8_gemm_ref, quantize
 from fastllm_kernels.quant.int4_gemm import (
     NF4_CODES, dequantize_int4, dequantize_nf4, int4_gemm, nf4_gemm, pack_int4, unpack_int4,
 )
+from fastllm_kernels.linear import DENSE, linear
 from fastllm_kernels.quant.int8_gemm import int8_gemm
-from fastllm_kernels.quant.weight_gemm import Tiling, _scratch
+from fastllm_kernels.quant.weight_gemm import Tiling, _scratch, weight_gemm
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}
@@ -129,6 +130,34 @@ def test_whole_words_only():
     q8 = torch.zeros(4, 18, dtype=torch.int8, device=DEVICE)
     with pytest.raises(ValueError, match="whole 32-bit words"):
         int8_gemm(x, q8, torch.ones(4, device=DEVICE))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else []))
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("k", [400, 404])
+def test_dense(k, m, split, dtype):
+    """Unquantized weights of x's dtype: K of three 128-slices (GEMV: 256) and a ragged tail
+    ending on a GEMV lane's 8 inputs (400) or within one (404)."""
+    n = 37
+    gen = torch.Generator().manual_seed(k + m * 10 + (split or 0))
+    x = activations(m, k, dtype, gen)
+    w = (torch.randn(n, k, generator=gen) * 0.05).to(DEVICE, dtype)
+    ref = x.double() @ w.double().T
+    out = run_poisoned(weight_gemm, x, w, None, None, None, DENSE, tiling(m, split, False))
+    assert relative_error(out, ref) < TOLERANCE.get(dtype, 1e-2)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the GEMV path is taken on CUDA only")
+@pytest.mark.parametrize("shape", [(1, 4096), (1, 1, 4096), (2, 4096)])
+def test_linear_matches_blas(shape):
+    """``linear`` (the GEMV at one row, BLAS otherwise) against ``F.linear`` in float64."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=gen).to(DEVICE, torch.bfloat16)
+    w = (torch.randn(1000, 4096, generator=gen) * 0.02).to(DEVICE, torch.bfloat16)
+    out = linear(x, w)
+    assert out.shape == (*shape[:-1], 1000)
+    assert relative_error(out, x.double() @ w.double().T) < 1e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastllm.engine.sequence import Sequence
+from fastllm.spec_decode.interface import DraftingSequence
 from fastllm_lookahead.config import LookaheadConfig
 from fastllm_lookahead.policy import PROBE_MIN_MATCH, AcceptanceTracker, share_drafts
 from fastllm_lookahead.trie import Match, TokenTrie, TrieCursor
@@ -53,7 +53,7 @@ class LookaheadDecoder:
         self.num_spec_steps = 0
         self.probe_min_match = min(PROBE_MIN_MATCH, self.config.max_match_tokens)
 
-    def on_prompt(self, seq: Sequence) -> None:
+    def on_prompt(self, seq: DraftingSequence) -> None:
         config = self.config
         request = self.requests.get(seq.request_id)
         if request is None:
@@ -67,7 +67,7 @@ class LookaheadDecoder:
         tracker = AcceptanceTracker(config.num_speculative_tokens, config.min_chain_prob)
         seq.spec_state = SequenceDrafts(request, own_cursor, pool_cursor, tracker)
 
-    def wants_drafts(self, seq: Sequence) -> bool:
+    def wants_drafts(self, seq: DraftingSequence) -> bool:
         """Yes while the sequence's drafts hold well enough; once backed off, only when a probe is
         due and the tokens on the host end in a long enough match: their last ``PROBE_MIN_MATCH``
         were seen before with a token after. A token still pending then likely continues the
@@ -79,7 +79,7 @@ class LookaheadDecoder:
         context = self._context(seq, self.probe_min_match)
         return seq.spec_state.request.trie.continues(context) or self.pool.continues(context)
 
-    def propose(self, seqs: list[Sequence], max_drafts: list[int]) -> None:
+    def propose(self, seqs: list[DraftingSequence], max_drafts: list[int]) -> None:
         drafts, priority = [], []
         for seq, room in zip(seqs, max_drafts):
             tracker = seq.spec_state.tracker
@@ -91,7 +91,7 @@ class LookaheadDecoder:
         for seq, draft, count in zip(seqs, drafts, granted):
             seq.draft_token_ids = draft[:count]
 
-    def on_step(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
+    def on_step(self, seq: DraftingSequence, num_proposed: int, num_accepted: int) -> None:
         state: SequenceDrafts = seq.spec_state
         state.tracker.update(num_proposed, num_accepted)
         self.num_draft_tokens += num_proposed
@@ -102,7 +102,7 @@ class LookaheadDecoder:
         self.pool.extend(state.pool_cursor, output, state.num_fed)
         state.num_fed = len(output)
 
-    def on_finished(self, seq: Sequence) -> None:
+    def on_finished(self, seq: DraftingSequence) -> None:
         state: SequenceDrafts = seq.spec_state
         if state is None:
             return
@@ -126,7 +126,7 @@ class LookaheadDecoder:
             "active_requests": len(self.requests),
         }
 
-    def _match(self, seq: Sequence, max_tokens: int) -> Match:
+    def _match(self, seq: DraftingSequence, max_tokens: int) -> Match:
         """The longer suffix match and its continuation: the request's own trie, else the pool."""
         state: SequenceDrafts = seq.spec_state
         longest = self.config.max_match_tokens
@@ -138,7 +138,7 @@ class LookaheadDecoder:
         return shared if shared.length > own.length else own
 
     @staticmethod
-    def _context(seq: Sequence, length: int) -> list[int]:
+    def _context(seq: DraftingSequence, length: int) -> list[int]:
         """The last ``length`` tokens of ``seq`` on the host (fewer only if it has fewer)."""
         output = seq.output_token_ids[-length:]
         return output if len(output) == length else seq.prompt_token_ids[len(output) - length:] + output

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Optional
 
+import torch
 import torch.nn as nn
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.input_processor import RequestError
-from fastllm.layers.fused import current_kernels
 from fastllm_lora.checkpoint import LoRAAdapter, read_adapter
 from fastllm_lora.layer import LoRABatch, LoRALinear
 from fastllm_lora.merge import merge_into_model
@@ -33,7 +33,6 @@ class LoRAManager:
         self.max_host = config.max_cpu_loras or config.max_loras
         reference = model.get_submodule("model.embed_tokens").weight
         self.device = reference.device
-        self.kernels = current_kernels()  # the platform's, chosen as the model was built
         self.known: dict[int, LoRARequest] = {}
         self.host: OrderedDict[int, LoRAAdapter] = OrderedDict()
         self.slots: OrderedDict[int, int] = OrderedDict()  # adapter id -> device slot, least recent first
@@ -80,7 +79,11 @@ class LoRAManager:
         per_token: list[int] = []
         for adapter_id, count in zip(adapter_ids, num_tokens):
             per_token += [slot_of[adapter_id]] * count
-        return LoRABatch.of(per_token, self.device, self.kernels)
+        return LoRABatch.of(per_token, self.device)
+
+    def graph_batch(self, token_slots: torch.Tensor) -> LoRABatch:
+        """What a captured decode graph reads: ``token_slots`` is the graph runner's static buffer."""
+        return LoRABatch(token_slots)
 
     def _activate(self, adapter_id: int, step: set[int]) -> int:
         """The device slot of ``adapter_id``, loading it over the least recent adapter not in ``step``."""

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file, save_file
 
+from fastllm.distributed.parallel_state import tp_rank
 from fastllm.engine.input_processor import RequestError
 from fastllm.layers.linear import LinearBase
 from fastllm_lora.checkpoint import ModuleDelta, read_adapter
@@ -37,7 +38,12 @@ def merge_into_model(model: nn.Module, path: str) -> None:
             raise ValueError("merge_lora needs float weights: merge first (fastllm merge-lora), then quantize")
         offset, size = shard_slices(layer)[shard]
         weight = layer.weight.data[offset:offset + size]
-        weight += _delta(delta, torch.float64).to(weight.device).to(weight.dtype)
+        whole = _delta(delta, torch.float64)  # this rank's part of it, under tensor parallelism
+        if layer.tp_dim == 0:
+            whole = whole.narrow(0, tp_rank() * size, size)
+        elif layer.tp_dim == 1:
+            whole = whole.narrow(1, tp_rank() * layer.input_size, layer.input_size)
+        weight += whole.to(weight.device).to(weight.dtype)
 
 
 def merge_checkpoint(base: str, adapter_path: str, out: str) -> int:

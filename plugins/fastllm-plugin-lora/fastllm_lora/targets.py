@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
+from fastllm.distributed.parallel_state import tp_size
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization.linear import QuantizedLinear
 
@@ -34,9 +35,12 @@ def shard_slices(layer: nn.Module) -> dict[object, tuple[int, int]]:
 
 
 def projection_shapes(model: nn.Module) -> dict[str, tuple[int, int]]:
-    """PEFT module name -> (input, output) features on this rank."""
+    """PEFT module name -> (input, output) features of the whole projection, as the adapter holds
+    it: a tensor-parallel rank's layer has 1/tp of its inputs (row-parallel) or outputs (column-parallel)."""
     shapes = {}
     for name, (layer_name, shard) in projections(model).items():
         layer = model.get_submodule(layer_name)
-        shapes[name] = (layer.input_size, shard_slices(layer)[shard][1])
+        inputs, outputs = layer.input_size, shard_slices(layer)[shard][1]
+        shapes[name] = (inputs * tp_size() if layer.tp_dim == 1 else inputs,
+                        outputs * tp_size() if layer.tp_dim == 0 else outputs)
     return shapes

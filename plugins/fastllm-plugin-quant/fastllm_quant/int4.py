@@ -6,6 +6,7 @@ Online, each group's fit weighs its weights by their inputs' loudness (``loudnes
 little decode speed (figures: benchmarks/RESULTS.md).
 
 The same module runs AWQ and GPTQ checkpoints once they are repacked (``checkpoint_int4``).
+Quantizing online, MoE models' routed experts become int4 too (``experts``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+import torch.nn as nn
 from fastllm_kernels.quant import int4_linear, pack_int4
 
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import LinearSpec, QuantizedLinear
+from fastllm.quantization import Calibration, LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
+from fastllm_quant.experts import quantize_four_bit_experts
 from fastllm_quant.loudness import InputAwareQuantizer, per_group
 from fastllm_quant.scale_search import by_row_slices, fit_affine
 
@@ -84,6 +87,12 @@ class WeightOnlyInt4Quantizer(InputAwareQuantizer):
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
         self.group_size = option(self, "group_size", DEFAULT_GROUP_SIZE)
+
+    def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
+        """Every linear layer, then (quantizing online) the routed experts of each MoE layer."""
+        super().quantize_model(model, calibrate)
+        if not self.prequantized:
+            quantize_four_bit_experts(model, quantize_int4, self.group_size)
 
     def quantize_layer(self, layer: LinearBase, loudness: Optional[torch.Tensor] = None) -> Int4Linear:
         return Int4Linear.from_float(layer, self.group_size, loudness)

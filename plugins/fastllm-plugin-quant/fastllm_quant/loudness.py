@@ -18,10 +18,14 @@ import torch
 import torch.nn as nn
 
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import Calibration, Quantizer, replace_linear_layers
+from fastllm.quantization import Calibration, PromptRunner, Quantizer, replace_linear_layers
 
 logger = logging.getLogger("fastllm")
 SILENT = 1e-6  # floor of a channel's relative loudness: a group of silent inputs still gets a fit
+# Online, this many random token ids in prompts of up to CALIBRATION_LENGTH (seeded: every
+# tensor-parallel rank runs the same ones, so the layers' collectives pair up).
+CALIBRATION_TOKENS = 4096
+CALIBRATION_LENGTH = 1024
 
 
 def relative_loudness(mean_square: torch.Tensor) -> torch.Tensor:
@@ -67,11 +71,23 @@ def input_loudness(model: nn.Module, calibrate: Calibration) -> dict[str, torch.
     return {name: relative_loudness(total / counts[name]) for name, total in sums.items()}
 
 
+def random_token_prompts(config: object) -> list[list[int]]:
+    """``CALIBRATION_TOKENS`` seeded random ids of the model's vocabulary, in prompts of up to
+    ``CALIBRATION_LENGTH`` (and the model's context)."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(config.vocab_size, (CALIBRATION_TOKENS,), generator=generator).tolist()
+    length = min(CALIBRATION_LENGTH, getattr(config, "max_position_embeddings", CALIBRATION_LENGTH))
+    return [ids[start:start + length] for start in range(0, CALIBRATION_TOKENS // length * length, length)]
+
+
 class InputAwareQuantizer(Quantizer):
     """An online method whose scale fits weigh each weight by its input's loudness, when the
     runner (or an offline tool) gives a calibration; without one, every input counts alike."""
 
-    observes_inputs = True
+    def online_calibration(self, model: nn.Module, run_prompts: PromptRunner) -> Optional[Calibration]:
+        """Random token ids through the model as loaded, before it is quantized."""
+        prompts = random_token_prompts(model.config)
+        return lambda: run_prompts(prompts)
 
     def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
         if self.prequantized or calibrate is None:

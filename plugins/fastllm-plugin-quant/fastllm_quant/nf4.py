@@ -4,6 +4,7 @@ format at half its block size; ``block_size=64`` gives QLoRA's own).
 The 16 codes are quantiles of a normal distribution, so normally distributed weights spend
 the codes where the weights are: better accuracy than uniform int4 at the same bytes. Online,
 each block's scale fit weighs its weights by their inputs' loudness (``loudness``), squared.
+Quantizing online, MoE models' routed experts become nf4 too (``experts``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+import torch.nn as nn
 from fastllm_kernels.quant import NF4_CODES, nf4_linear, pack_int4
 
 from fastllm.layers.linear import LinearBase
-from fastllm.quantization import LinearSpec, QuantizedLinear
+from fastllm.quantization import Calibration, LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
+from fastllm_quant.experts import quantize_four_bit_experts
 from fastllm_quant.loudness import InputAwareQuantizer, per_group
 from fastllm_quant.scale_search import by_row_slices, fit_scale
 
@@ -85,6 +88,12 @@ class Nf4Quantizer(InputAwareQuantizer):
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
         self.block_size = option(self, "block_size", DEFAULT_BLOCK_SIZE)
+
+    def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
+        """Every linear layer, then (quantizing online) the routed experts of each MoE layer."""
+        super().quantize_model(model, calibrate)
+        if not self.prequantized:
+            quantize_four_bit_experts(model, quantize_nf4, self.block_size, NF4_CODES)
 
     def quantize_layer(self, layer: LinearBase, loudness: Optional[torch.Tensor] = None) -> Nf4Linear:
         return Nf4Linear.from_float(layer, self.block_size, loudness)

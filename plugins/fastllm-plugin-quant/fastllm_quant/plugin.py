@@ -6,6 +6,7 @@ from fastllm_quant.checkpoint_int4 import AwqQuantizer, GptqQuantizer
 from fastllm_quant.fp8 import Fp8Quantizer
 from fastllm_quant.int4 import WeightOnlyInt4Quantizer
 from fastllm_quant.int8 import WeightOnlyInt8Quantizer
+from fastllm_quant.lm_head import quantize_lm_head
 from fastllm_quant.nf4 import Nf4Quantizer
 from fastllm_quant.smooth_quant import SmoothQuantQuantizer
 
@@ -21,3 +22,15 @@ def register_quantizers():
         "awq": AwqQuantizer, "gptq": GptqQuantizer,
         "smooth_quant": SmoothQuantQuantizer,
     }
+
+
+@hookimpl
+def register_lm_head_quantizers():
+    return {"int8": quantize_lm_head}
+
+
+@hookimpl
+def register_cli_commands():
+    from fastllm_quant.cli import register
+
+    return {"quantize": register}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fastllm import SamplingParams
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 
 from fastllm_quant.gptq import gptq_quantize, inverse_hessian_factor
 from fastllm_quant.int4 import quantize_int4

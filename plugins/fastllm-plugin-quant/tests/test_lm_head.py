@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.quantization import QuantizedLinear, weight_bytes
 
 from quant_helpers import TINY_LLAMA, prompt_logprobs, random_float_weights, tiny_llm, tiny_prompts, write_checkpoint

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastllm.engine.model_runner import ModelRunner
-from fastllm.entrypoints.cli.quantize import engine_runner
+from fastllm.worker.model_runner import ModelRunner
+from fastllm.engine.in_process import engine_runner
 from fastllm.layers.linear import LinearBase
 from fastllm_quant.int4 import WeightOnlyInt4Quantizer
 from fastllm_quant.loudness import input_loudness
@@ -30,7 +30,7 @@ def test_random_tokens_find_the_loud_channel(loud_dir):
     serving cache is untouched by a calibration after start-up."""
     runner = engine_runner(tiny_llm(loud_dir))
     caches = runner.kv_caches
-    loudness = input_loudness(runner.model, runner.run_random_tokens)
+    loudness = input_loudness(runner.model, Nf4Quantizer(None).online_calibration(runner.model, runner.run_prompts))
     assert runner.kv_caches is caches
     linear = {name: m for name, m in runner.model.named_modules() if isinstance(m, LinearBase)}
     assert set(loudness) == set(linear) and len(linear) == 8
@@ -60,8 +60,8 @@ def test_online_4bit_fits_see_the_loudness(loud_dir, quantizer, monkeypatch):
 
 
 def test_methods_that_ignore_inputs_skip_the_calibration(loud_dir, monkeypatch):
-    def refuse(self):
+    def refuse(self, prompts):
         raise AssertionError("calibrated a method that does not observe its inputs")
 
-    monkeypatch.setattr(ModelRunner, "run_random_tokens", refuse)
+    monkeypatch.setattr(ModelRunner, "run_prompts", refuse)
     tiny_llm(loud_dir, quantization="weight_only_int8")

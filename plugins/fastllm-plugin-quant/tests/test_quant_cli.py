@@ -10,7 +10,7 @@ import torch
 
 from fastllm import LLM, SamplingParams
 from fastllm.entrypoints.cli.main import main
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.quantization import QuantizedLinear
 
 from fastllm_quant.int4 import Int4Linear

@@ -9,7 +9,7 @@ import pytest
 
 from fastllm import LLM, SamplingParams
 from fastllm.entrypoints.cli.main import main
-from fastllm.entrypoints.cli.quantize import engine_model
+from fastllm.engine.in_process import engine_model
 from fastllm.quantization import QuantizedLinear
 
 from quant_helpers import SMOLLM2_ARGS, chunk_nlls, perplexity

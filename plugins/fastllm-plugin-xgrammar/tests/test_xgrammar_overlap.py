@@ -11,6 +11,7 @@ import pytest
 
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.resolve import embedded_model_path
+from fastllm.testing.steps import StepLog
 from guided_json_schemas import SCHEMAS
 
 GUIDED = [(f"Describe item {i} in JSON.", {"json": SCHEMAS[i % len(SCHEMAS)][1]}) for i in range(3)]
@@ -82,19 +83,13 @@ def test_all_guided_overlapped_batch_equals_runs_alone(alone, overlapped):
 def test_grammar_steps_queue_the_next_forward_before_reading_tokens(overlapped):
     """Every decode launch but the first reads the step before it from inside the launch
     (after its forward pass is queued), never before it."""
-    runner, events = overlapped.engine.runner, []
-    launch = runner.launch
-
-    def spy(scheduled, before_sampling=None):
-        events.append("launch" if before_sampling is None else "launch, read inside")
-        return launch(scheduled, before_sampling)
-
-    runner.launch = spy
+    log = StepLog(overlapped.engine.runner)
     try:
         question, spec = GUIDED[0]
         out = overlapped.generate(chat(question), guided_params(spec), use_tqdm=False)[0]
     finally:
-        runner.launch = launch
+        log.restore()
     assert out.outputs.finish_reason == "stop"
-    assert events[:2] == ["launch", "launch, read inside"]
-    assert set(events[1:]) == {"launch, read inside"}
+    inside = log.read_inside()
+    assert inside[:2] == [False, True]
+    assert set(inside[1:]) == {True}

@@ -1,4 +1,4 @@
-"""``fastllm quantize``: the seed's offline quantization tool.
+"""``fastllm quantize``: the seed's offline quantization tool (this plugin's ``cli_commands`` entry).
 
 Loads a model (HF safetensors directory or GGUF file) through the engine, quantizes its
 linear layers with any registered method (calibrating first for methods that observe
@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
 
 import torch
 
 from fastllm import registry
+from fastllm.engine.in_process import engine_runner
 from fastllm.llm import LLM
-from fastllm.quantization.calibration import calibration_prompts
 from fastllm.quantization.export import save_quantized
 from fastllm.quantization.loading import checkpoint_quantization
 from fastllm.sampling_params import SamplingParams
+
+from fastllm_quant.calibration import calibration_prompts
 
 logger = logging.getLogger("fastllm")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -42,25 +43,11 @@ def run(args: argparse.Namespace) -> int:
 
     runner = engine_runner(llm)
     # Online methods without --tokenids-path see what loading with quantization=NAME sees: the same codes.
-    random_tokens = quantizer.observes_inputs and args.tokenids_path is None
-    quantizer.quantize_model(runner.model, runner.run_random_tokens if random_tokens else calibrate_on_text)
+    online = quantizer.online_calibration(runner.model, runner.run_prompts) if args.tokenids_path is None else None
+    quantizer.quantize_model(runner.model, online or calibrate_on_text)
     save_quantized(runner.model, engine.hf_config, engine.tokenizer, quantizer, args.output, DTYPES[args.dtype])
     logger.info("wrote %s (%s, non-quantized tensors in %s)", args.output, quantizer.name, args.dtype)
     return 0
-
-
-def engine_runner(llm: LLM) -> Any:
-    """The model runner of a single-process engine (quantization happens in the process that holds it)."""
-    executor = llm.engine.runner
-    runner = getattr(executor, "runner", executor)
-    if not hasattr(runner, "model"):
-        raise SystemExit("fastllm quantize runs with tensor_parallel_size=1 only")
-    return runner
-
-
-def engine_model(llm: LLM) -> torch.nn.Module:
-    """The model of a single-process engine."""
-    return engine_runner(llm).model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

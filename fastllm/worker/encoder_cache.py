@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-from fastllm.engine.input_batch import ModelInputs
+from fastllm.worker.input_batch import ModelInputs
 from fastllm.multimodal.inputs import MultimodalItem, StepMultimodal
 
 ENCODER_CACHE_ROWS = 16384

@@ -1,10 +1,12 @@
-"""Owns the model, its KV cache and the sampler; runs one scheduled step and returns tokens."""
+"""Owns the model, its KV cache, the sampler and its sequences' state; runs one scheduled step
+(``execute_model`` then ``sample_tokens``) and returns its tokens."""
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import torch
 
@@ -12,40 +14,47 @@ from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.distributed.parallel_state import is_last_stage, logits_to_driver, pp_size, tp_size
-from fastllm.engine.encoder_cache import EncoderRunner
-from fastllm.engine.input_batch import ModelInputs, SampledTokens, pack_inputs
-from fastllm.engine.pending_step import PendingStep, SampledRows, SequenceResult
-from fastllm.engine.scheduler import ScheduledSequence
-from fastllm.engine.sequence import Sequence
 from fastllm.layers.fused import use_kernels
 from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
+from fastllm.platforms.transfer import to_device
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
+from fastllm.sampling.sampler import GrammarMask, Sampler
 from fastllm.sampling_params import SamplingParams
-from fastllm.platforms.transfer import to_device
-from fastllm.sampling.sampler import Sampler
 from fastllm.spec_decode.verify import DraftGroup, verify_drafts
+from fastllm.worker.encoder_cache import EncoderRunner
+from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, ScheduledRow, SequenceState,
+                                        pack_inputs)
+from fastllm.worker.pending_step import PendingStep, SampledRows, SequenceResult
+from fastllm.worker.scheduler_output import SchedulerOutput
 
 logger = logging.getLogger(__name__)
 PROMPT_LOGPROB_CHUNK = 256
-# Online quantizers that weigh weights by their inputs see this many random token ids, in
-# prompts of up to CALIBRATION_LENGTH, once at load (seeded: every tensor-parallel rank runs
-# the same ones, so the layers' collectives pair up).
-CALIBRATION_TOKENS = 4096
-CALIBRATION_LENGTH = 1024
+
+
+@dataclass
+class QueuedLogits:
+    """A step between ``execute_model`` and ``sample_tokens``: its sampling rows' logits, queued.
+
+    ``owners``: each sampling sequence's row and its first logits row; ``row_drafts``: per
+    logits row, its sequence and the drafts before it."""
+
+    results: dict[int, SequenceResult]
+    logits: Optional[torch.Tensor] = None
+    owners: list[tuple[ScheduledRow, int]] = field(default_factory=list)
+    row_drafts: list[tuple[SequenceState, list[int]]] = field(default_factory=list)
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any,
-                 dtype: torch.dtype, structured_output: Any = None):
+    def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype):
         self.config, self.hf_config, self.platform = config, hf_config, platform
         # ``seed``: dummy weights and unseeded requests' sampling repeat from run to run.
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.device, self.dtype = platform.device, dtype
         self.block_size = config.block_size
-        self.structured_output = structured_output
+        self.input_batch = InputBatch(self.device)
         kernels = platform.kernels()
         self.sampler = Sampler(kernels)
         architectures = getattr(hf_config, "architectures", None)
@@ -67,16 +76,17 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
-        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_random_tokens)
+        load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_prompts)
         if config.merge_lora:
-            registry.get("adapter_managers", "lora").merge(self.model, config.merge_lora)
+            registry.only("adapter_managers", "merge_lora").factory.merge(self.model, config.merge_lora)
         # The adapter manager wraps the loaded (and quantized) layers; it reads each step's slots.
         with use_kernels(kernels):
-            self.adapters = (registry.get("adapter_managers", "lora")(self.model, config)
+            self.adapters = (registry.only("adapter_managers", "enable_lora").factory(self.model, config)
                              if config.enable_lora else None)
         self.encoder = EncoderRunner(self.model, self.device) if hasattr(self.model, "encode_multimodal") else None
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
+        self.queued: Optional[QueuedLogits] = None
 
     # ---- KV cache -------------------------------------------------------------------------
     def kv_cache_dtype(self) -> torch.dtype:
@@ -105,7 +115,7 @@ class ModelRunner:
             max_drafts = (self.config.speculative_config or {}).get("num_speculative_tokens", 0)
             self.graphs = self.platform.decode_graphs(self._eager_forward, self.config.max_num_seqs,
                                                       min(num_blocks, -(-max_len // self.block_size)), max_len,
-                                                      max_query_len=1 + max_drafts)
+                                                      max_query_len=1 + max_drafts, adapters=self.adapters)
 
     def _allocate_caches(self, num_blocks: int) -> None:
         attn = self._stage_attention()[0]
@@ -137,41 +147,40 @@ class ModelRunner:
             num_blocks = -(-context // self.block_size)
             ids = [1] * context if token_ids is None else token_ids[used:used + context]
             used += context
-            seq = Sequence("dummy", 0, ids, SamplingParams(), frozenset(), context)
-            seq.block_table = list(range(next_block, next_block + num_blocks))
-            seq.num_computed_tokens = context - new
+            seq = SequenceState(-1, "dummy", 0, ids, SamplingParams(), 0,
+                                block_ids=list(range(next_block, next_block + num_blocks)),
+                                num_computed_tokens=context - new)
             next_block += num_blocks
-            scheduled.append(ScheduledSequence(seq, new))
+            scheduled.append(ScheduledRow(seq, new))
         return pack_inputs(scheduled, self.block_size, self.device)
 
     def _use_graphs(self) -> bool:
-        """Unless ``enforce_eager``; the backend must be capturable; no adapters for now (their
-        per-token slots are not a captured input). Under tensor parallelism only with
+        """Unless ``enforce_eager``; the backend must be capturable. Under tensor parallelism only with
         ``tp_cuda_graphs``: every rank captures the same graphs (allocation runs on all ranks
         together) and replays the same one each step, since all ranks see the same step
         metadata. Not under pipeline parallelism, whose stages pass activations by send and
         receive."""
-        return (not self.config.enforce_eager and pp_size() == 1 and self.adapters is None
+        return (not self.config.enforce_eager and pp_size() == 1
                 and (tp_size() == 1 or self.config.tp_cuda_graphs)
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence],
-               before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
-        """Queue one step on the device and return without waiting for it, where the step allows.
+    def execute_model(self, scheduler_output: SchedulerOutput) -> None:
+        """Queue one step's forward pass and its sampling rows' logits, without waiting for them
+        where the step allows; ``sample_tokens`` then samples them.
 
-        A scheduled token that the previous launch sampled and the host has not read yet is
+        A scheduled token that the previous step sampled and the host has not read yet is
         read on the device. Prompt logprobs need values on the host, so a step with them has
         finished when this returns. A step that verifies drafts leaves no token to read that
         way (a sequence's next token sits at the row its accepted count picks): the engine
-        reads it before the next launch, and it clears ``last_sampled``, so a launch that
-        needed it would fail rather than read older tokens. ``before_sampling`` runs once,
-        after the forward pass and the logits are queued and before the sampling rows are
-        built: the engine reads the previous step there, so the rows (grammar masks,
-        penalties) see its tokens while the device computes this step's logits.
+        reads it before the next step, and it clears ``last_sampled``, so a step that needed
+        it would fail rather than read older tokens. Between the two calls the engine may read
+        the previous step, so the sampling rows (penalties, grammar masks) see its tokens
+        while the device computes this step's logits.
         """
-        inputs = pack_inputs(scheduled, self.block_size, self.device, self.last_sampled)
+        rows = self.input_batch.update(scheduler_output)
+        inputs = pack_inputs(rows, self.block_size, self.device, self.last_sampled)
         if self.adapters is not None:
             self.adapter_batch = self.adapters.prepare_step([item.seq.adapter_id for item in inputs.order],
                                                             inputs.attn_metadata.query_lens_cpu)
@@ -179,7 +188,7 @@ class ModelRunner:
         hidden = self.forward_step(inputs, multimodal)
         results = {item.seq.seq_id: SequenceResult() for item in inputs.order}
         self._prompt_logprobs(hidden, inputs, results)
-        return self._sample(hidden, inputs, results, before_sampling)
+        self.queued = self._queue_logits(hidden, inputs, results)
 
     def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         """One step's forward; a tensor-parallel driver also sends it to its workers."""
@@ -194,12 +203,15 @@ class ModelRunner:
         pair up only when all ranks run the same sequence of them.
         """
         if multimodal is None and self.graphs is not None and self.graphs.can_run(attn_metadata):
-            return self.graphs.run(input_ids, positions, attn_metadata)
+            return self.graphs.run(input_ids, positions, attn_metadata, self.adapter_batch)
         return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
-        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, self.adapter_batch)):
+                       attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None,
+                       adapter_batch: Any = None) -> torch.Tensor:
+        """``adapter_batch``: a captured graph's, in place of the step's."""
+        adapter_batch = self.adapter_batch if adapter_batch is None else adapter_batch
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, adapter_batch)):
             if multimodal is not None:
                 return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)
@@ -213,40 +225,48 @@ class ModelRunner:
         num_rows = len(rows) if isinstance(rows, list) else rows.stop - rows.start
         return logits_to_driver(logits, (num_rows, self.hf_config.vocab_size), hidden.device)
 
-    def _sample(self, hidden: torch.Tensor, inputs: ModelInputs, results: dict[int, SequenceResult],
-                before_sampling: Optional[Callable[[], None]] = None) -> PendingStep:
+    def _queue_logits(self, hidden: torch.Tensor, inputs: ModelInputs,
+                      results: dict[int, SequenceResult]) -> QueuedLogits:
+        queued = QueuedLogits(results)
         row_index: list[int] = []
-        owners: list[tuple[ScheduledSequence, int]] = []
-        row_drafts: list[tuple[Sequence, list[int]]] = []
         for item, offset in zip(inputs.order, inputs.token_offsets):
             if not item.samples:
                 continue
-            seq, drafts = item.seq, item.seq.draft_token_ids[: item.num_draft_tokens]
+            seq, drafts = item.seq, item.draft_token_ids
             first = offset + item.num_new_tokens - len(drafts) - 1
-            owners.append((item, len(row_index)))
+            queued.owners.append((item, len(row_index)))
             for j in range(len(drafts) + 1):
-                row_drafts.append((seq, drafts[:j]))
+                queued.row_drafts.append((seq, drafts[:j]))
                 row_index.append(first + j)
-        logits = self.compute_logits(hidden, row_index) if row_index else None
-        if before_sampling is not None:
-            before_sampling()
-        if logits is None:
-            return PendingStep(results)
-        rows = [SamplingRow(seq, seq.output_token_ids + drafts) for seq, drafts in row_drafts]
-        batch = SamplingBatch.build(rows, logits.device)
-        dist = self.sampler.distribution(logits, batch, self.structured_output)
+        if row_index:
+            queued.logits = self.compute_logits(hidden, row_index)
+        return queued
+
+    @torch.inference_mode()
+    def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
+        """Sample the step ``execute_model`` queued; its ``results()`` are the new tokens (and
+        logprobs) keyed by ``seq_id``. ``grammar`` masks the guided sequences' rows."""
+        queued, self.queued = self.queued, None
+        if queued.logits is None:
+            return PendingStep(queued.results)
+        owners = queued.owners
+        rows = [SamplingRow(seq, seq.output_token_ids + drafts) for seq, drafts in queued.row_drafts]
+        batch = SamplingBatch.build(rows, queued.logits.device)
+        dist = self.sampler.distribution(queued.logits, batch, grammar)
         top_k = [row.seq.sampling_params.logprobs for row in rows]
+        for item, _ in owners:
+            item.seq.num_pending_tokens += 1
         if not any(item.num_draft_tokens for item, _ in owners):
             tokens = self.sampler.sample(dist, batch)
             self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
-            return PendingStep(results, [SampledRows(item.seq.seq_id, start) for item, start in owners],
+            return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners],
                                tokens, dist.logits, dist.logsumexp, top_k)
         self.last_sampled = None
         verified = verify_drafts(dist.probs, dist.greedy_tokens, [
-            DraftGroup(start, item.seq.draft_token_ids[: item.num_draft_tokens],
-                       item.seq.sampling_params.greedy, item.seq.generator) for item, start in owners])
-        return PendingStep(results, [SampledRows(item.seq.seq_id, start, group)
-                                     for group, (item, start) in enumerate(owners)],
+            DraftGroup(start, item.draft_token_ids, item.seq.sampling_params.greedy, item.seq.generator)
+            for item, start in owners])
+        return PendingStep(queued.results, [SampledRows(item.seq, start, group)
+                                            for group, (item, start) in enumerate(owners)],
                            verified.tokens, dist.logits, dist.logsumexp, top_k, verified.num_accepted)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
@@ -258,8 +278,9 @@ class ModelRunner:
                 continue
             start = seq.num_computed_tokens
             stop = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
-            if len(seq.prompt_logprobs) > stop:
+            if seq.num_prompt_logprobs > stop:
                 continue  # recomputed after a preemption: every entry is reported already
+            seq.num_prompt_logprobs = stop + 1
             entries: list[Optional[Logprobs]] = [None] if start == 0 else []
             for chunk in range(start, stop, PROMPT_LOGPROB_CHUNK):
                 end = min(chunk + PROMPT_LOGPROB_CHUNK, stop)
@@ -289,14 +310,9 @@ class ModelRunner:
         return self.platform.peak_memory_bytes()
 
     @torch.inference_mode()
-    def run_random_tokens(self) -> None:
-        """The online calibration (``Quantizer.observes_inputs``): random token ids through the
-        model as loaded, before it is quantized. Which input channels are loud is a property of
-        the weights (the residual stream's outlier channels, the norms' gains), not of the text."""
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(self.hf_config.vocab_size, (CALIBRATION_TOKENS,), generator=generator).tolist()
-        length = min(CALIBRATION_LENGTH, getattr(self.hf_config, "max_position_embeddings", CALIBRATION_LENGTH))
-        self._throwaway_prefill([length] * (CALIBRATION_TOKENS // length), ids)
+    def run_prompts(self, prompts: list[list[int]]) -> None:
+        """Token-id prompts through the model as loaded (a quantizer's ``online_calibration``)."""
+        self._throwaway_prefill([len(ids) for ids in prompts], [token for ids in prompts for token in ids])
 
     def _throwaway_prefill(self, lengths: list[int], token_ids: Optional[list[int]] = None) -> torch.Tensor:
         """Hidden states of prompts of ``lengths``, run in a cache of their own: the serving cache,

@@ -1,4 +1,5 @@
-"""The LM head in weight-only int8 (``quantize_lm_head=True``), whatever the rest of the model uses.
+"""The LM head in weight-only int8 (``quantize_lm_head=True``, registered as the
+``lm_head_quantizers`` plugin ``int8``), whatever the rest of the model uses.
 
 At batch 1 a decode step reads every weight once, and the head is one of its largest reads:
 128256 x 4096 on Llama-3, 1 GB in bf16, an eighth of what an 8-bit model reads a token and a
@@ -14,11 +15,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from fastllm import registry
 from fastllm.layers.embedding import ParallelLMHead
 from fastllm.layers.linear import ReplicatedLinear
 
-HEAD_METHOD = "weight_only_int8"
+from fastllm_quant.int8 import WeightOnlyInt8Quantizer
 
 
 def quantize_lm_head(model: nn.Module) -> None:
@@ -27,12 +27,10 @@ def quantize_lm_head(model: nn.Module) -> None:
     head = getattr(model, "lm_head", None)
     if not isinstance(head, ParallelLMHead):
         raise ValueError(f"quantize_lm_head: {type(model).__name__} has no ParallelLMHead named lm_head")
-    if HEAD_METHOD not in registry.entries("quantizers"):
-        raise ValueError(f"quantize_lm_head needs the {HEAD_METHOD!r} quantizer (pip install fastllm-plugin-quant)")
     with torch.device("meta"):
         float_head = ReplicatedLinear(head.weight.shape[1], head.weight.shape[0])
     float_head.weight = head.weight
-    head.quantized = registry.get("quantizers", HEAD_METHOD)(None).quantize_layer(float_head)
+    head.quantized = WeightOnlyInt8Quantizer(None).quantize_layer(float_head)
     tied = any(param is head.weight for module in model.modules() if module is not head
                for param in module.parameters(recurse=False))
     if not tied:

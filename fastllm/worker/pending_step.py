@@ -13,6 +13,7 @@ import torch
 
 from fastllm.outputs import Logprobs
 from fastllm.platforms.transfer import HostCopy
+from fastllm.worker.input_batch import SequenceState
 
 
 @dataclass
@@ -30,13 +31,14 @@ class SequenceResult:
 
 @dataclass
 class SampledRows:
-    """The rows of the step's token tensor that belong to one sequence, from ``start`` on.
+    """The rows of the step's token tensor that belong to one sequence, from ``start`` on; its
+    tokens join the runner's state of it when they are read.
 
     A sequence that verified drafts owns ``num_accepted[draft_group] + 1`` rows (see
     ``fastllm.spec_decode.verify``); any other owns one.
     """
 
-    seq_id: int
+    seq: SequenceState
     start: int
     draft_group: Optional[int] = None
 
@@ -75,9 +77,12 @@ class PendingStep:
         num_accepted = tensors[2] if self._has_drafts else []
         top_values, top_ids = tensors[2 + self._has_drafts:] or (None, None)
         for owner in self._owners:
-            result = self._results[owner.seq_id]
+            seq = owner.seq
+            result = self._results[seq.seq_id]
             count = 1 if owner.draft_group is None else num_accepted[owner.draft_group] + 1
             result.new_token_ids = tokens[owner.start:owner.start + count]
+            seq.output_token_ids += result.new_token_ids
+            seq.num_pending_tokens -= 1
             result.num_accepted_drafts = count - 1
             rows = range(owner.start, owner.start + count)
             result.token_logprobs = [chosen[r] for r in rows]

@@ -1,0 +1,94 @@
+"""All-reduce latency by message size on this host's GPUs: NCCL against symmetric memory's
+one-shot and two-shot kernels, each as a CUDA graph of back-to-back calls (a decode step's
+situation) and eagerly. The data behind ``fastllm.distributed.symmetric_all_reduce``'s limits.
+
+    python benchmarks/all_reduce.py --world-size 2 --output-json all_reduce.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from fastllm.distributed.process_group import NCCL_ENV, free_tcp_port
+from fastllm.distributed.symmetric_all_reduce import SymmetricAllReduce
+
+SIZES_KIB = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+CALLS = 32
+
+
+def _timed(fn, graph: bool) -> float:
+    """Microseconds per call of ``fn`` over CALLS back-to-back calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(CALLS):
+                fn()
+        run = g.replay
+    else:
+        def run():
+            for _ in range(CALLS):
+                fn()
+    run()
+    torch.cuda.synchronize()
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        run()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / (10 * CALLS)
+
+
+def _rank(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(NCCL_ENV)
+    torch.cuda.set_device(rank)
+    torch.manual_seed(0)  # every rank draws the same inputs: the sum is world * x
+    device = torch.device("cuda", rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            device_id=device)
+    biggest = max(SIZES_KIB) * 1024
+    one_shot = SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=biggest, max_bytes=biggest)
+    two_shot = SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=0, max_bytes=biggest)
+    rows = []
+    for kib in SIZES_KIB:
+        x = torch.randn(kib * 512, dtype=torch.bfloat16, device=device)  # kib KiB of bf16
+        want = x.float() * world
+        got = {"one_shot": one_shot(x.clone()), "two_shot": two_shot(x.clone())}
+        errors = {name: (value.float() - want).abs().max().item() for name, value in got.items()}
+        row = {"kib": kib, "max_abs_error": errors}
+        for graph in (True, False):
+            mode = "graph" if graph else "eager"
+            row[f"nccl_{mode}_us"] = _timed(lambda: dist.all_reduce(x), graph)
+            row[f"one_shot_{mode}_us"] = _timed(lambda: one_shot(x), graph)
+            row[f"two_shot_{mode}_us"] = _timed(lambda: two_shot(x), graph)
+        rows.append(row)
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"world_size": world, "device": torch.cuda.get_device_name(), "calls": CALLS, "rows": rows}, f,
+                      indent=1)
+    del one_shot, two_shot
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--output-json", default="all_reduce.json")
+    args = parser.parse_args()
+    mp.spawn(_rank, args=(args.world_size, free_tcp_port(), args.output_json), nprocs=args.world_size)
+
+
+if __name__ == "__main__":
+    main()

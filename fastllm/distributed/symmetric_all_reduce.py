@@ -1,0 +1,69 @@
+"""All-reduce of decode-sized tensors through GPU peer memory (torch's symmetric memory).
+
+NCCL's all-reduce pays a fixed latency that dominates the small messages of a decode step
+(one hidden vector per token, twice a layer). With every rank's buffer mapped into its peers
+(NVLink), a reduction is one kernel: ``one_shot`` reads all peers' copies and sums them (least
+latency, for the smallest messages), ``two_shot`` reduce-scatters then all-gathers through the
+buffer (less traffic per rank, for larger ones). Above ``max_bytes`` NCCL's ring wins and is
+used. The limits come from ``benchmarks/all_reduce.py`` on two NVLink H100s (see
+benchmarks/RESULTS.md); ``FASTLLM_SYMM_MEM_ALL_REDUCE=0`` turns this path off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger("fastllm")
+
+ONE_SHOT_MAX_BYTES = 256 * 1024
+TWO_SHOT_MAX_BYTES = 4 * 1024 * 1024
+
+
+class SymmetricAllReduce:
+    """One symmetric buffer per rank of ``group``; ``__call__`` sums a tensor over the group."""
+
+    def __init__(self, group: dist.ProcessGroup, device: torch.device,
+                 one_shot_max_bytes: int = ONE_SHOT_MAX_BYTES, max_bytes: int = TWO_SHOT_MAX_BYTES):
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        self.one_shot_max_bytes, self.max_bytes = one_shot_max_bytes, max_bytes
+        self.group_name, self.alignment = group.group_name, 16 * group.size()  # two-shot splits 16-byte units
+        with warnings.catch_warnings():  # needed before torch 2.10 or so, deprecated (and harmless) after
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(self.group_name)
+        self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
+        symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank of the group allocates alike
+
+    def fits(self, x: torch.Tensor) -> bool:
+        nbytes = x.numel() * x.element_size()
+        return (nbytes <= self.max_bytes and nbytes % self.alignment == 0
+                and x.dtype in (torch.bfloat16, torch.float16, torch.float32))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        nbytes = x.numel() * x.element_size()
+        staged = self.buffer[:nbytes].view(x.dtype)
+        staged.copy_(x.reshape(-1))
+        if nbytes <= self.one_shot_max_bytes:
+            return torch.ops.symm_mem.one_shot_all_reduce(staged, "sum", self.group_name).view_as(x)
+        torch.ops.symm_mem.two_shot_all_reduce_(staged, "sum", self.group_name)
+        return x.copy_(staged.view_as(x))
+
+
+def symmetric_all_reduce(group: Optional[dist.ProcessGroup], device: torch.device) -> Optional[SymmetricAllReduce]:
+    """The peer-memory all-reduce for ``group`` (None: the default group), or None where it does
+    not apply (not NCCL on CUDA, turned off) or cannot be set up (then NCCL does every size)."""
+    if device.type != "cuda" or dist.get_backend(group) != "nccl":
+        return None
+    if os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0":
+        return None
+    try:
+        return SymmetricAllReduce(group or dist.group.WORLD, device)
+    except Exception as exc:  # no peer access, or a torch without the ops: best effort, said once
+        logger.warning("symmetric-memory all-reduce unavailable (%s); NCCL does every all-reduce", exc)
+        return None

@@ -1,0 +1,154 @@
+"""The server's default engine: the engine core in a child process (``EngineCoreClient``).
+
+Its outputs equal the in-process ``AsyncLLM``'s token for token; streams that hang up free every
+KV block; the core's death fails what is in flight and calls ``on_dead``; a core that cannot
+start says why in the front end; the delta codec rebuilds every cumulative output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from fastllm.config import EngineConfig
+from fastllm.engine.async_llm import EngineDeadError
+from fastllm.engine.core_client import EngineCoreClient
+from fastllm.engine.input_processor import RequestError
+from fastllm.engine.output_deltas import DeltaDecoder, DeltaEncoder
+from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from fastllm.sampling_params import SamplingParams
+from tests.server.conftest import MODEL, start_server
+
+
+@pytest.fixture(scope="module")
+def core(smollm2_path):
+    engine = EngineCoreClient(EngineConfig(model=smollm2_path, max_model_len=512, max_num_seqs=64, block_size=16,
+                                           enable_prefix_caching=True, cpu_kv_cache_gib=0.5))
+    yield engine
+    engine.shutdown(timeout=10)
+    assert engine.dead_error is None
+
+
+@pytest.fixture(scope="module")
+def core_server(core):
+    running = start_server(core)
+    yield running
+    running.stop()
+
+
+def wait_core_idle(core: EngineCoreClient, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while core.stats.num_requests_running or core.stats.num_requests_waiting or core.stats.kv_cache_usage:
+        assert time.time() < deadline, f"engine still busy: {core.stats}"
+        time.sleep(0.05)
+
+
+async def _stream(server, index: int, hang_up: bool) -> tuple[str, int]:
+    client = server.async_client(timeout=300)
+    try:
+        stream = await client.completions.create(model=MODEL, prompt=f"Story number {index}:", temperature=0,
+                                                 max_tokens=60 if hang_up else 12, stream=True,
+                                                 extra_body={"ignore_eos": True})
+        text, chunks = "", 0
+        async for chunk in stream:
+            text += chunk.choices[0].text
+            chunks += 1
+            if hang_up and text:
+                await stream.close()
+                break
+        return text, chunks
+    finally:
+        await client.close()
+
+
+def test_streams_match_the_in_process_engine_and_free_their_blocks(core, core_server, server):
+    async def run_all():
+        return await asyncio.gather(*(_stream(core_server, i, hang_up=i % 4 == 0) for i in range(24)))
+
+    results = asyncio.run(run_all())
+    client = server.client()  # the in-process AsyncLLM on the same weights: the reference
+    for index, (text, chunks) in enumerate(results):
+        if index % 4:
+            reference = client.completions.create(model=MODEL, prompt=f"Story number {index}:", temperature=0,
+                                                  max_tokens=12, extra_body={"ignore_eos": True})
+            assert text == reference.choices[0].text
+            assert chunks > 2  # the text came token by token, not in one piece
+    wait_core_idle(core)
+    assert core.stats.num_free_blocks == core.stats.num_usable_blocks
+    assert core_server.metric("fastllm:kv_cache_usage_perc") == 0
+    assert core_server.metric("fastllm:num_requests_running") == 0
+
+
+def test_a_bad_request_fails_alone_with_its_message(core, core_server):
+    too_long = core_server.post("/v1/completions", json={"model": MODEL, "prompt": [5] * 600, "max_tokens": 4})
+    assert too_long.status_code == 400, too_long.text
+
+    async def duplicate() -> None:
+        first = core.generate("same-id", None, [5, 6, 7], SamplingParams(max_tokens=50, ignore_eos=True))
+        await anext(first)
+        with pytest.raises(RequestError, match="already in use"):
+            await anext(core.generate("same-id", None, [5, 6], SamplingParams(max_tokens=2)))
+        await first.aclose()
+
+    asyncio.run(duplicate())
+    assert core_server.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}).ok
+    wait_core_idle(core)
+
+
+def test_a_core_that_dies_fails_its_requests_and_calls_on_dead(tiny_llama_dir):
+    engine = EngineCoreClient(EngineConfig(model=tiny_llama_dir, load_format="dummy", max_model_len=64,
+                                           block_size=16, num_gpu_blocks_override=8))
+    died = []
+    engine.on_dead.append(lambda: died.append(True))
+
+    async def run() -> None:
+        async for output in engine.generate("r1", None, [5, 6, 7], SamplingParams(max_tokens=40, ignore_eos=True)):
+            if len(output.outputs.token_ids) == 2:
+                engine._process.kill()
+
+    with pytest.raises(EngineDeadError):
+        asyncio.run(run())
+    engine._reader.join(timeout=30)
+    assert died == [True] and engine.dead_error is not None
+    with pytest.raises(EngineDeadError):
+        asyncio.run(run())
+    engine.shutdown(timeout=1)
+
+
+def test_a_core_that_cannot_start_says_why(tiny_llama_dir):
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        EngineCoreClient(EngineConfig(model=tiny_llama_dir, load_format="dummy", max_model_len=4096))
+
+
+def _output(tokens: list[int], text: str, finished: bool = False, reason=None) -> RequestOutput:
+    completion = CompletionOutput(index=0, token_ids=list(tokens), text=text, finish_reason=reason,
+                                  logprobs=[{t: -1.0} for t in tokens])
+    return RequestOutput("r", "p", [1, 2], completion, [completion], finished, RequestMetrics(arrival_time=1.0))
+
+
+def test_deltas_rebuild_every_cumulative_output():
+    """Text that a stop string shortens comes back shortened; logprobs and tokens accumulate."""
+    encoder, decoder = DeltaEncoder(), DeltaDecoder("r", 1.0)
+    steps = [_output([3], "Hel"), _output([3, 4], "Hello wo"), _output([3, 4, 5], "Hello", True, "stop")]
+    previous = None
+    for step in steps:
+        rebuilt = decoder.decode(encoder.encode(step))
+        assert (rebuilt.outputs.token_ids, rebuilt.outputs.text, rebuilt.outputs.logprobs, rebuilt.finished,
+                rebuilt.prompt_token_ids) == (step.outputs.token_ids, step.outputs.text, step.outputs.logprobs,
+                                              step.finished, [1, 2])
+        assert previous is None or previous.outputs.token_ids != rebuilt.outputs.token_ids  # a new object each
+        previous = rebuilt
+    assert previous.outputs.finish_reason == "stop" and previous.metrics.arrival_time == 1.0
+
+
+def test_adapter_calls_cross_to_the_core_and_back(core):
+    from fastllm.adapters import LoRARequest
+
+    async def calls() -> None:
+        assert await core.remove_adapter(3) is False  # nothing loaded: the engine's own answer
+        with pytest.raises(RequestError, match="serves no adapters"):
+            await core.add_adapter(LoRARequest("a", 1, "/nonexistent"))
+
+    asyncio.run(calls())
