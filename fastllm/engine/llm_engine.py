@@ -28,6 +28,7 @@ from fastllm.multimodal.media import load_media
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 from fastllm.spec_decode.drafts import DraftRoom
+from fastllm.structured_output.drafts import clip_drafts
 from fastllm.worker.pending_step import PendingStep
 
 logger = logging.getLogger("fastllm")
@@ -316,6 +317,7 @@ class LLMEngine:
                 touched.update(self._read(self.in_flight))
                 self.in_flight = None
             self.drafts.propose(self.speculator, self.scheduler.running)
+            clip_drafts(self.structured_output, self.scheduler.running, self.eos_token_ids)
         previous, self.in_flight = self.in_flight, None
         out = self.scheduler.schedule()
         if not out.scheduled:
@@ -358,7 +360,7 @@ class LLMEngine:
             begin = time.perf_counter()
             read_between()
             reading = time.perf_counter() - begin
-        pending = self.runner.sample_tokens(self._grammar(sampling))
+        pending = self.runner.sample_tokens(self._grammar(scheduled))
         step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading, overlapped)
         if overlapped:  # no drafts to verify: the counts advance now, the tokens stay pending
             self.scheduler.update(scheduled)
@@ -366,13 +368,17 @@ class LLMEngine:
                 seq.num_pending_tokens += 1
         return step
 
-    def _grammar(self, sampling: list[Sequence]) -> Optional[GrammarMasks]:
-        """The masks of the step's live guided sequences; a sequence that a token read after its
-        step was queued finished samples a discarded token: its grammar may be complete, so it
-        is not masked."""
-        guided = {seq.seq_id: seq.structured_state for seq in sampling
-                  if seq.structured_state is not None and not seq.is_finished}
-        return GrammarMasks(self.structured_output, guided) if guided else None
+    def _grammar(self, scheduled: list[ScheduledSequence]) -> Optional[GrammarMasks]:
+        """The masks of the step's live guided sequences, with the drafts each verifies; a
+        sequence that a token read after its step was queued finished samples a discarded
+        token: its grammar may be complete, so it is not masked."""
+        guided = [item for item in scheduled if item.samples and item.seq.structured_state is not None
+                  and not item.seq.is_finished]
+        if not guided:
+            return None
+        return GrammarMasks(self.structured_output, {item.seq.seq_id: item.seq.structured_state for item in guided},
+                            {item.seq.seq_id: item.seq.draft_token_ids[:item.num_draft_tokens]
+                             for item in guided if item.num_draft_tokens})
 
     def _read(self, step: InFlightStep, deferred: Optional[TextToDecode] = None) -> dict[str, RequestState]:
         """Read a launched step's tokens and hand them to their requests; return those requests.
@@ -406,12 +412,13 @@ class LLMEngine:
         seq = item.seq
         sample = state.samples[seq.index]
         seq.draft_token_ids = []
-        for token, logprob, top in zip(result.new_token_ids, result.token_logprobs, result.logprobs):
+        last = len(result.new_token_ids) - 1
+        for i, (token, logprob, top) in enumerate(zip(result.new_token_ids, result.token_logprobs, result.logprobs)):
             seq.append_token(token)
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
-            seq.check_stop(result.grammar_terminated)
+            seq.check_stop(result.grammar_terminated and i == last)
             if deferred is None:
                 state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
             else:

@@ -16,10 +16,10 @@ class DraftRoom:
     def room(self, running: Iterable[DraftingSequence]) -> Iterator[tuple[DraftingSequence, int]]:
         """Each running sequence whose next step decodes, with the most drafts that step may
         verify (>= 1, before max_tokens / max_model_len); a token pending on the device counts
-        as known. Guided sequences never draft."""
+        as known. A guided sequence's drafts are cut to what its grammar allows afterwards."""
         for seq in running:
             num_tokens = seq.num_tokens + seq.num_pending_tokens
-            if seq.num_computed_tokens != num_tokens - 1 or seq.structured_state is not None:
+            if seq.num_computed_tokens != num_tokens - 1:
                 continue
             left = self.max_model_len - num_tokens - 1
             max_tokens = seq.sampling_params.max_tokens

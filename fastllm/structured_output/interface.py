@@ -47,8 +47,8 @@ class StructuredOutputBackend(Protocol):
         as it was); return, per matcher, whether its grammar is now terminated (complete and
         its stop token accepted): the engine finishes those sequences with reason "stop".
 
-        Called once per read step with every guided sequence's new token (guided sequences
-        get no drafts, so one token each), before the host detokenizes that step: a backend
+        Called once per read step with every guided sequence's new token (a sequence that
+        verified drafts is called once per token it kept), before the host detokenizes that step: a backend
         may start filling the next masks of the matchers that go on here, on another thread,
         as long as ``apply_bitmask`` then waits for them.
         """
@@ -59,6 +59,18 @@ class StructuredOutputBackend(Protocol):
         take next under ``matchers[i]``; rows whose matcher is None stay untouched.
 
         Called once per step for the whole batch, only when some row is guided; each
-        matcher appears at most once (guided sequences get no speculative drafts).
+        matcher appears at most once (a sequence's draft rows are masked one call per draft
+        depth, its matcher advanced through the drafts before them).
         """
+        ...
+
+    def accept_prefix(self, matcher: GrammarMatcher, token_ids: Sequence[int]) -> int:
+        """Advance ``matcher`` through the longest prefix of ``token_ids`` its grammar allows and
+        return that prefix's length (the matcher stays after it). A stop token the complete
+        grammar accepts ends the prefix. Draft tokens (never a stop token) are checked, and draft
+        rows masked, this way; ``rollback`` undoes it."""
+        ...
+
+    def rollback(self, matcher: GrammarMatcher, num_tokens: int) -> None:
+        """Undo the last ``num_tokens`` tokens ``matcher`` accepted."""
         ...

@@ -98,6 +98,12 @@ class BackendRouter:
             if any(matcher is not None for matcher in own):
                 backend.apply_bitmask(logits, own)
 
+    def accept_prefix(self, matcher: RoutedMatcher, token_ids: Sequence[int]) -> int:
+        return matcher.backend.accept_prefix(matcher.matcher, token_ids)
+
+    def rollback(self, matcher: RoutedMatcher, num_tokens: int) -> None:
+        matcher.backend.rollback(matcher.matcher, num_tokens)
+
 
 def auto_backend(tokenizer: Any, vocab_size: int) -> BackendRouter:
     """The engine's factory call: a router over every other registered backend."""

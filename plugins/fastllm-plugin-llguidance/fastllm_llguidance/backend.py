@@ -78,6 +78,18 @@ class LLGuidanceBackend:
         allowed = ((masks.unsqueeze(-1) >> bits) & 1).bool().flatten(1)[:, :logits.shape[1]]
         logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
 
+    def accept_prefix(self, matcher: LLMatcher, token_ids: Sequence[int]) -> int:
+        """A complete grammar stops by itself: its stop token then counts as accepted but is not
+        consumed (so it is not rolled back either)."""
+        count = matcher.try_consume_tokens(list(token_ids))
+        if count < len(token_ids) and token_ids[count] in self.stop_token_ids and matcher.is_stopped():
+            count += 1
+        return count
+
+    def rollback(self, matcher: LLMatcher, num_tokens: int) -> None:
+        if num_tokens:
+            matcher.rollback(num_tokens)
+
     def cache_info(self) -> functools._CacheInfo:
         """Hits and misses of the grammar cache."""
         return self._compile_cached.cache_info()

@@ -14,6 +14,7 @@ from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from fastllm.sampling_params import GuidedDecodingParams
+from fastllm.structured_output.one_of import one_of_as_any_of
 
 _DATA_KEYWORDS = frozenset(("const", "enum", "default", "examples"))
 COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -24,9 +25,11 @@ def grammar_text(params: GuidedDecodingParams, drop_formats: frozenset[str] = fr
     (None counts as strict) never lets llguidance skip a keyword it does not implement; the
     schema's own ``x-guidance`` options cannot turn that on either. ``drop_formats``: string
     formats llguidance does not know, left out (``format`` asserts nothing by default in JSON
-    Schema, so dropping it loosens nothing the schema promised)."""
+    Schema, so dropping it loosens nothing the schema promised). llguidance refuses every
+    ``oneOf``: one whose branches are proven disjoint is handed to it as the ``anyOf`` it equals."""
     if params.json_schema is not None or params.json_object:
-        schema = _schema(params.json_schema) if params.json_schema is not None else {"type": "object"}
+        schema = (one_of_as_any_of(_schema(params.json_schema)) if params.json_schema is not None
+                  else {"type": "object"})
         if drop_formats:
             schema = _without_formats(schema, drop_formats)
         return LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT,

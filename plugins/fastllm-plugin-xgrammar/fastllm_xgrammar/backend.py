@@ -81,6 +81,16 @@ class XGrammarBackend:
     def apply_bitmask(self, logits: torch.Tensor, matchers: Sequence[Optional[xgr.GrammarMatcher]]) -> None:
         self.bitmask.apply(logits, matchers)
 
+    def accept_prefix(self, matcher: xgr.GrammarMatcher, token_ids: Sequence[int]) -> int:
+        for count, token in enumerate(token_ids):
+            if not matcher.accept_token(token):
+                return count
+        return len(token_ids)
+
+    def rollback(self, matcher: xgr.GrammarMatcher, num_tokens: int) -> None:
+        if num_tokens:
+            matcher.rollback(num_tokens)
+
     def cache_info(self) -> functools._CacheInfo:
         """Hits and misses of the spec cache."""
         return self._compile_cached.cache_info()
