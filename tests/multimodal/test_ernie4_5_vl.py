@@ -17,7 +17,7 @@ from fastllm.model_loader.gguf_loader import GGUFLoader
 from fastllm.model_loader.resolve import embedded_model_path
 from fastllm.multimodal.ernie4_5_vl import stamp_frame, timestamp_text
 from fastllm.multimodal.media import MAX_VIDEO_FRAMES, load_video
-from tests.multimodal.tiny_vl import data_url, image
+from tests.multimodal.tiny_vl import data_url, image, prefix_cache_runs
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 VISION_TOKENS = ["<|IMAGE_START|>", "<|IMAGE_END|>", "<|image@placeholder|>",
@@ -119,17 +119,9 @@ def test_greedy_matches_hf(checkpoint):
 
 def test_prefix_cache_keys_blocks_by_image(checkpoint):
     path, hf, tokenizer = checkpoint
-    llm = LLM(path, max_model_len=512, num_gpu_blocks_override=64, block_size=16, enable_prefix_caching=True)
     prompt = "Here is the first picture of a long list " + IMAGE + " tell me"
-    first, second = image(112, 112, 3), image(112, 112, 4)
-    start = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"], {"image": [Image.fromarray(first)]})[1]
-    item = start.items[0]
-    cold, same, other = (llm.generate({"prompt": prompt, "multi_modal_data": {"image": pixels}}, GREEDY,
-                                      use_tqdm=False)[0] for pixels in (first, first, second))
-    assert cold.num_cached_tokens == 0
-    assert same.num_cached_tokens > item.end - 16  # blocks over the image hit
-    assert other.num_cached_tokens <= item.offset  # only text blocks before the image
-    assert same.outputs.token_ids == cold.outputs.token_ids
+    second = image(112, 112, 4)
+    llm, other = prefix_cache_runs(path, tokenizer, prompt, image(112, 112, 3), second)
     assert other.outputs.token_ids == hf_reference(llm, hf, tokenizer(prompt)["input_ids"], [second])
 
 

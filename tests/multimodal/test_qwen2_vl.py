@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from fastllm import LLM, SamplingParams
-from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, hf_greedy_mm, image
+from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, hf_greedy_mm, image, prefix_cache_runs
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 
@@ -47,18 +47,9 @@ def test_greedy_matches_hf(checkpoint):
 
 def test_prefix_cache_keys_blocks_by_image(checkpoint):
     path, hf, tokenizer = checkpoint
-    llm = LLM(path, max_model_len=512, num_gpu_blocks_override=64, block_size=16, enable_prefix_caching=True)
     prompt = "Here is the first picture of a long list " + IMAGE + " tell me"
-    first, second = image(84, 84, 3), image(84, 84, 4)
-    start = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"], {"image": [Image.fromarray(first)]})[1]
-    image_offset = start.items[0].offset
-    cold = llm.generate({"prompt": prompt, "multi_modal_data": {"image": first}}, GREEDY, use_tqdm=False)[0]
-    same = llm.generate({"prompt": prompt, "multi_modal_data": {"image": first}}, GREEDY, use_tqdm=False)[0]
-    other = llm.generate({"prompt": prompt, "multi_modal_data": {"image": second}}, GREEDY, use_tqdm=False)[0]
-    assert cold.num_cached_tokens == 0
-    assert same.num_cached_tokens > image_offset + start.items[0].length - 16  # blocks over the image hit
-    assert other.num_cached_tokens <= image_offset  # only text blocks before the image
-    assert same.outputs.token_ids == cold.outputs.token_ids
+    second = image(84, 84, 4)
+    llm, other = prefix_cache_runs(path, tokenizer, prompt, image(84, 84, 3), second)
     assert other.outputs.token_ids == hf_reference(llm, hf, tokenizer, prompt, {"image": [second]})
 
 
