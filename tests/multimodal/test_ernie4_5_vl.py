@@ -17,7 +17,7 @@ from fastllm.model_loader.gguf_loader import GGUFLoader
 from fastllm.model_loader.resolve import embedded_model_path
 from fastllm.multimodal.ernie4_5_vl import stamp_frame, timestamp_text
 from fastllm.multimodal.media import MAX_VIDEO_FRAMES, load_video
-from tests.multimodal.tiny_vl import data_url, image, prefix_cache_runs
+from tests.multimodal.tiny_vl import check_prefix_cache_keys_blocks_by_image, data_url, image
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 VISION_TOKENS = ["<|IMAGE_START|>", "<|IMAGE_END|>", "<|image@placeholder|>",
@@ -115,14 +115,6 @@ def test_greedy_matches_hf(checkpoint):
         assert out.error_code == 200, out.error_msg
         assert out.outputs.token_ids == hf_reference(llm, hf, tokenizer(prompt)["input_ids"], images)
     assert outs[-1].outputs.token_ids == hf_greedy(hf, tokenizer("plain text")["input_ids"], [], 6)
-
-
-def test_prefix_cache_keys_blocks_by_image(checkpoint):
-    path, hf, tokenizer = checkpoint
-    prompt = "Here is the first picture of a long list " + IMAGE + " tell me"
-    second = image(112, 112, 4)
-    llm, other = prefix_cache_runs(path, tokenizer, prompt, image(112, 112, 3), second)
-    assert other.outputs.token_ids == hf_reference(llm, hf, tokenizer(prompt)["input_ids"], [second])
 
 
 @pytest.mark.parametrize("thinking", [True, False])
@@ -238,3 +230,11 @@ def test_video_settings_and_font_from_checkpoint(checkpoint, tmp_path):
     assert processor.font_path == str(tmp_path / "stamp.ttf") and processor.max_frames == 4
     _, mm = processor.process(tokenizer("clip " + VIDEO)["input_ids"], {"video": [clip(6, 56, 56, 40)]})
     assert mm.items[0].grid_thw == (4, 4, 4)
+
+
+def test_prefix_cache_keys_blocks_by_image(checkpoint):
+    path, hf, tokenizer = checkpoint
+    prompt = "Here is the first picture of a long list " + IMAGE + " tell me"
+    check_prefix_cache_keys_blocks_by_image(
+        path, tokenizer, prompt, image(112, 112, 3), image(112, 112, 4),
+        lambda llm, second: hf_reference(llm, hf, tokenizer(prompt)["input_ids"], [second]))

@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from fastllm import LLM, SamplingParams
-from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, hf_greedy_mm, image, prefix_cache_runs
+from tests.multimodal.tiny_vl import (IMAGE, VIDEO, build_checkpoint, check_prefix_cache_keys_blocks_by_image,
+                                      hf_greedy_mm, image)
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 
@@ -48,9 +49,9 @@ def test_greedy_matches_hf(checkpoint):
 def test_prefix_cache_keys_blocks_by_image(checkpoint):
     path, hf, tokenizer = checkpoint
     prompt = "Here is the first picture of a long list " + IMAGE + " tell me"
-    second = image(84, 84, 4)
-    llm, other = prefix_cache_runs(path, tokenizer, prompt, image(84, 84, 3), second)
-    assert other.outputs.token_ids == hf_reference(llm, hf, tokenizer, prompt, {"image": [second]})
+    check_prefix_cache_keys_blocks_by_image(
+        path, tokenizer, prompt, image(84, 84, 3), image(84, 84, 4),
+        lambda llm, second: hf_reference(llm, hf, tokenizer, prompt, {"image": [second]}))
 
 
 def test_bundled_config_builds_the_published_size():

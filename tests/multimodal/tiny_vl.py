@@ -90,16 +90,18 @@ def hf_greedy_mm(model, token_ids: list[int], items: list, max_new_tokens: int) 
     return out[0, len(token_ids):].tolist()
 
 
-def prefix_cache_runs(path: str, tokenizer, prompt: str, first: np.ndarray, second: np.ndarray):
-    """The same image prompt run cold, again, and with another image, on a prefix-caching engine;
-    checks that blocks over the image hit only for the same image. Returns the engine and the
-    other image's output, for the caller's HF comparison."""
+def check_prefix_cache_keys_blocks_by_image(path: str, tokenizer, prompt: str, first: np.ndarray,
+                                            second: np.ndarray, hf_tokens) -> None:
+    """The same image prompt run cold, again, and with another image, on a prefix-caching engine:
+    blocks over the image hit only for the same image, and the other image's output is
+    ``hf_tokens(llm, second)``, HF's greedy tokens for it."""
     from PIL import Image
 
     from fastllm import LLM, SamplingParams
 
     llm = LLM(path, max_model_len=512, num_gpu_blocks_override=64, block_size=16, enable_prefix_caching=True)
-    item = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"], {"image": [Image.fromarray(first)]})[1].items[0]
+    processed = llm.engine.multimodal.process(tokenizer(prompt)["input_ids"], {"image": [Image.fromarray(first)]})
+    item = processed[1].items[0]
     greedy = SamplingParams(max_tokens=6, temperature=0.0)
     cold, same, other = (llm.generate({"prompt": prompt, "multi_modal_data": {"image": pixels}}, greedy,
                                       use_tqdm=False)[0] for pixels in (first, first, second))
@@ -107,4 +109,4 @@ def prefix_cache_runs(path: str, tokenizer, prompt: str, first: np.ndarray, seco
     assert same.num_cached_tokens > item.offset + item.length - 16  # blocks over the image hit
     assert other.num_cached_tokens <= item.offset  # only text blocks before the image
     assert same.outputs.token_ids == cold.outputs.token_ids
-    return llm, other
+    assert other.outputs.token_ids == hf_tokens(llm, second)
