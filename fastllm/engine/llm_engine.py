@@ -360,7 +360,7 @@ class LLMEngine:
             begin = time.perf_counter()
             read_between()
             reading = time.perf_counter() - begin
-        pending = self.runner.sample_tokens(self._grammar(scheduled))
+        pending = self.runner.sample_tokens(self._grammar(sampling, schedule.output.draft_token_ids))
         step = InFlightStep(scheduled, sampling, pending, time.perf_counter() - start - reading, overlapped)
         if overlapped:  # no drafts to verify: the counts advance now, the tokens stay pending
             self.scheduler.update(scheduled)
@@ -368,17 +368,13 @@ class LLMEngine:
                 seq.num_pending_tokens += 1
         return step
 
-    def _grammar(self, scheduled: list[ScheduledSequence]) -> Optional[GrammarMasks]:
-        """The masks of the step's live guided sequences, with the drafts each verifies; a
-        sequence that a token read after its step was queued finished samples a discarded
-        token: its grammar may be complete, so it is not masked."""
-        guided = [item for item in scheduled if item.samples and item.seq.structured_state is not None
-                  and not item.seq.is_finished]
-        if not guided:
-            return None
-        return GrammarMasks(self.structured_output, {item.seq.seq_id: item.seq.structured_state for item in guided},
-                            {item.seq.seq_id: item.seq.draft_token_ids[:item.num_draft_tokens]
-                             for item in guided if item.num_draft_tokens})
+    def _grammar(self, sampling: list[Sequence], drafts: dict[int, list[int]]) -> Optional[GrammarMasks]:
+        """The masks of the step's live guided sequences, after the ``drafts`` each verifies (the
+        runner's view's); a sequence that a token read after its step was queued finished
+        samples a discarded token: its grammar may be complete, so it is not masked."""
+        guided = {seq.seq_id: seq.structured_state for seq in sampling
+                  if seq.structured_state is not None and not seq.is_finished}
+        return GrammarMasks(self.structured_output, guided, drafts) if guided else None
 
     def _read(self, step: InFlightStep, deferred: Optional[TextToDecode] = None) -> dict[str, RequestState]:
         """Read a launched step's tokens and hand them to their requests; return those requests.
