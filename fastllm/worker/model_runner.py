@@ -26,6 +26,7 @@ from fastllm.spec_decode.verify import DraftGroup, verify_drafts
 from fastllm.worker.encoder_cache import EncoderRunner
 from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, ScheduledRow, SequenceState,
                                         pack_inputs)
+from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.worker.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.worker.scheduler_output import SchedulerOutput
 
@@ -200,10 +201,16 @@ class ModelRunner:
 
         Under tensor parallelism every rank makes this call, and each ``compute_logits``
         call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
-        pair up only when all ranks run the same sequence of them.
+        pair up only when all ranks run the same sequence of them. Under pipeline parallelism a
+        large step runs as micro-batches, so that the stages overlap (``micro_batches``).
         """
         if multimodal is None and self.graphs is not None and self.graphs.can_run(attn_metadata):
             return self.graphs.run(input_ids, positions, attn_metadata, self.adapter_batch)
+        count = micro_batch_count(input_ids.numel(), pp_size())
+        if count > 1 and multimodal is None and self.adapter_batch is None:  # adapters' slots are per token
+            return torch.cat([self._eager_forward(input_ids[part.tokens].clone(),
+                                                  positions[..., part.tokens].clone(), part.attn_metadata)
+                              for part in split_step(attn_metadata, count, self.device)])
         return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
 
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,

@@ -6,10 +6,13 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
+import torch
 import torch.distributed as dist
 from transformers import LlamaConfig
 
 from fastllm import LLM, SamplingParams
+from fastllm.attention.metadata import AttentionMetadata
+from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.testing.models import save_tiny_checkpoint
 from tests.conftest import TINY_LLAMA
 from tests.distributed.test_tensor_parallel import (TINY_PROMPTS, _generate, assert_same_outputs,
@@ -57,3 +60,26 @@ def test_more_stages_than_layers_fails_at_start(tiny_llama_dir):
     assert_start_fails("2 layers cannot be split over pipeline_parallel_size=3",
                        lambda: LLM(tiny_llama_dir, load_format="dummy", pipeline_parallel_size=3,
                                    num_gpu_blocks_override=8))
+
+
+def test_micro_batches_match_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, monkeypatch):
+    """Steps of 16 tokens cut into 4 micro-batches: prefill chunks and decodes cut mid-run."""
+    monkeypatch.setenv("FASTLLM_PP_MICRO_BATCH_TOKENS", "4")  # read by every rank, spawned ones too
+    test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, 1, 2)
+
+
+def test_split_step_cuts_rows_by_tokens():
+    """Two decodes then a 5-token chunk after 3 computed tokens, in 3 micro-batches of 2-3 tokens."""
+    meta = AttentionMetadata(slot_mapping=torch.arange(7), query_start_loc=torch.tensor([0, 1, 2, 7]),
+                             seq_lens=torch.tensor([4, 9, 8]), block_tables=torch.arange(6).view(3, 2),
+                             num_decodes=2, max_query_len=5, max_seq_len=9, query_lens_cpu=[1, 1, 5],
+                             seq_lens_cpu=[4, 9, 8])
+    parts = split_step(meta, 3, torch.device("cpu"))
+    assert [p.tokens for p in parts] == [slice(0, 2), slice(2, 4), slice(4, 7)]
+    first, middle, last = (p.attn_metadata for p in parts)
+    assert (first.query_lens_cpu, first.seq_lens_cpu, first.num_decodes) == ([1, 1], [4, 9], 2)
+    assert (middle.query_lens_cpu, middle.seq_lens_cpu, middle.num_decodes) == ([2], [5], 0)
+    assert (last.query_lens_cpu, last.seq_lens_cpu, last.max_seq_len) == ([3], [8], 8)
+    assert last.query_start_loc.tolist() == [0, 3] and last.block_tables.tolist() == [[4, 5]]
+    assert last.slot_mapping.tolist() == [4, 5, 6]
+    assert micro_batch_count(4096, 1) == 1 and micro_batch_count(4096, 2) == 8 and micro_batch_count(600, 2) == 1
