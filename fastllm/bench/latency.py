@@ -51,13 +51,15 @@ def measure_batch(llm: LLM, args: argparse.Namespace, batch_size: int) -> dict[s
 
 
 def roofline(llm: LLM, bandwidth: float | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Weight bytes, the batch-1 tokens/s they allow at ``bandwidth``, and our batch-1 share of it."""
-    model = local_model(llm)
+    """Weight bytes (one GPU's, under tensor parallelism), the batch-1 tokens/s they allow at
+    ``bandwidth`` (each GPU streaming its shard at once), and our batch-1 share of it."""
+    model, gpus = local_model(llm)
     if bandwidth is None or model is None:
         return {}
     nbytes = weight_bytes(model)
     limit = bandwidth / nbytes
-    result = {"weight_bytes": nbytes, "copy_bandwidth_gb_s": bandwidth / 1e9, "roofline_batch1_tok_s": limit}
+    result = {"weight_bytes": nbytes, "copy_bandwidth_gb_s": bandwidth / 1e9, "roofline_batch1_tok_s": limit,
+              "num_gpus": gpus}
     batch1 = next((row for row in rows if row["batch_size"] == 1), None)
     if batch1 is not None:
         result["batch1_pct_of_roofline"] = 100 * batch1["decode_tok_s_per_seq"] / limit
@@ -66,9 +68,9 @@ def roofline(llm: LLM, bandwidth: float | None, rows: list[dict[str, Any]]) -> d
 
 def print_roofline(result: dict[str, Any]) -> None:
     if not result:
-        print("roofline: needs CUDA and the whole model in this process (tensor_parallel_size 1)")
+        print("roofline: needs CUDA and no pipeline or data parallelism")
         return
-    print(f"roofline: {result['weight_bytes'] / 2**30:.2f} GiB of weights at {result['copy_bandwidth_gb_s']:.0f} GB/s "
+    print(f"roofline: {result['weight_bytes'] / 2**30:.2f} GiB of weights a GPU ({result['num_gpus']}) at {result['copy_bandwidth_gb_s']:.0f} GB/s "
           f"(measured copy) -> at most {result['roofline_batch1_tok_s']:.1f} tok/s at batch 1", end="")
     if "batch1_pct_of_roofline" in result:
         print(f"; batch-1 decode reaches {result['batch1_pct_of_roofline']:.1f}% of it", end="")

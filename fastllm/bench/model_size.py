@@ -11,11 +11,14 @@ from fastllm.layers.fused_moe import FusedMoE
 from fastllm.llm import LLM
 
 
-def local_model(llm: LLM) -> nn.Module | None:
-    """The whole model when this process holds it; None under tensor parallelism (each rank has a shard)."""
+def local_model(llm: LLM) -> tuple[nn.Module | None, int]:
+    """The model this process holds and how many GPUs share its work: all of it on one (1); under
+    tensor parallelism rank 0's shard, alike on every rank, so per GPU what the whole is for all
+    of them (``tensor_parallel_size``); None under pipeline or data parallelism."""
     config = llm.config
-    whole = config.tensor_parallel_size == config.pipeline_parallel_size == config.data_parallel_size == 1
-    return engine_model(llm) if whole else None
+    if config.pipeline_parallel_size != 1 or config.data_parallel_size != 1:
+        return None, 1
+    return engine_model(llm), config.tensor_parallel_size
 
 
 def _token_shares(model: nn.Module) -> dict[int, float]:

@@ -52,14 +52,16 @@ def build_requests(args: argparse.Namespace, llm: LLM) -> list[BenchRequest]:
 
 
 def mfu(llm: LLM, matmul_rate: float | None, summary: dict[str, Any]) -> dict[str, Any]:
-    """2 * parameters FLOPs per processed token (attention's own FLOPs left out) over the measured rate."""
-    model = local_model(llm)
+    """2 * parameters FLOPs per processed token (attention's own FLOPs left out) over the measured
+    rate of one GPU times their number (under tensor parallelism, rank 0's shard times the ranks:
+    their replicated norms count that many times, a rounding error)."""
+    model, gpus = local_model(llm)
     if matmul_rate is None or model is None:
         return {}
-    params = num_parameters(model)
+    params = gpus * num_parameters(model)
     flops = 2 * params * (summary["total_input_tokens"] + summary["total_output_tokens"]) / summary["duration"]
-    return {"num_parameters": params, "matmul_tflops": matmul_rate / 1e12, "model_tflops": flops / 1e12,
-            "mfu_pct": 100 * flops / matmul_rate}
+    return {"num_parameters": params, "matmul_tflops": gpus * matmul_rate / 1e12, "model_tflops": flops / 1e12,
+            "mfu_pct": 100 * flops / (gpus * matmul_rate)}
 
 
 def compare_hf(args: argparse.Namespace, setup: HFSetup, requests: list[BenchRequest],

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from fastllm import LLM, SamplingParams
 from fastllm.executor import WorkerError
+from fastllm.bench.model_size import local_model, num_parameters
 from tests.conftest import TINY_LLAMA
 
 TINY_PROMPTS = [[5, 17, 42, 99, 3], [7, 8, 9], list(range(10, 50))]
@@ -52,13 +53,18 @@ def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     prompts = [{"prompt_token_ids": p} for p in TINY_PROMPTS]
     single = _tiny(tiny_llama_dir, 1)
     expected = _generate(single, prompts, params)
+    whole, _ = local_model(single)
     del single
     llm = _tiny(tiny_llama_dir, 2, async_scheduling=True)  # sampled tokens reach the worker by broadcast
     try:
         actual = _generate(llm, prompts, params)
+        shard, gpus = local_model(llm)  # what the benchmarks' roofline and MFU count per GPU
     finally:
         llm.shutdown()
     assert_same_outputs(actual, expected)
+    # counted once a rank: the norms, and the one embedding row a token reads (from each rank's shard)
+    extra = sum(p.numel() for name, p in whole.named_parameters() if "norm" in name) + TINY_LLAMA["hidden_size"]
+    assert gpus == 2 and gpus * num_parameters(shard) - num_parameters(whole) == extra
 
 
 def test_tp2_int4_calibrates_on_every_rank(tiny_llama_dir):
