@@ -38,8 +38,7 @@ class DriverRunner(ModelRunner):
 
     def forward_step(self, inputs: ModelInputs, multimodal: Optional[StepMultimodal] = None) -> torch.Tensor:
         """The workers get the step from host memory (no wait for the device) and its tokens by broadcast."""
-        self.workers.call("forward", encode_forward(inputs.input_ids, inputs.host_positions, inputs.host_metadata,
-                                                    multimodal))
+        self.workers.call("forward", encode_forward(inputs.host, multimodal))
         return self.forward(broadcast_input_ids(inputs.input_ids), inputs.positions, inputs.attn_metadata,
                             multimodal)
 

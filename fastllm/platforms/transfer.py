@@ -15,15 +15,18 @@ import torch
 
 def to_device(values: Sequence[int | float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``values`` as a tensor on ``device``, queued behind the stream's work instead of waiting for it."""
-    return to_device_with_host(values, dtype, device)[1]
+    host = host_tensor(values, dtype, device)
+    return host if device.type == "cpu" else host.to(device, non_blocking=True)
 
 
-def to_device_with_host(values: Sequence[int | float], dtype: torch.dtype,
-                        device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Like ``to_device``, and the host tensor it was copied from (on the CPU, the same tensor),
-    which the host may read without waiting for the device."""
-    host = torch.tensor(values, dtype=dtype, pin_memory=device.type != "cpu")
-    return host, host if device.type == "cpu" else host.to(device, non_blocking=True)
+def host_tensor(values: Sequence[int | float] | bytes, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``values`` (or raw bytes of ``dtype``) in host memory that a copy to ``device`` reads without
+    making the host wait: pinned, unless ``device`` is the CPU."""
+    pin = device.type != "cpu"
+    if not isinstance(values, bytes):
+        return torch.tensor(values, dtype=dtype, pin_memory=pin)
+    plain = torch.frombuffer(bytearray(values), dtype=dtype)
+    return torch.empty_like(plain, pin_memory=True).copy_(plain) if pin else plain
 
 
 class HostCopy:

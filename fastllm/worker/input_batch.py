@@ -9,7 +9,7 @@ from typing import Any, Optional
 import torch
 
 from fastllm.attention.metadata import AttentionMetadata
-from fastllm.platforms.transfer import to_device_with_host
+from fastllm.platforms.transfer import host_tensor
 from fastllm.sampling_params import SamplingParams
 from fastllm.worker.scheduler_output import NewSequence, SchedulerOutput
 
@@ -128,8 +128,7 @@ class ModelInputs:
     attn_metadata: AttentionMetadata
     order: list[ScheduledRow]  # decodes first; the packing order of the tensors
     token_offsets: list[int]  # where each sequence's tokens start in the packed batch
-    host_positions: torch.Tensor  # positions and metadata again, in host memory: what workers are sent
-    host_metadata: AttentionMetadata
+    host: "PackedStep"  # the same inputs in host memory: what workers are sent
 
 
 def pack_inputs(scheduled: list[ScheduledRow], block_size: int, device: torch.device,
@@ -169,34 +168,64 @@ def pack_inputs(scheduled: list[ScheduledRow], block_size: int, device: torch.de
     for q in query_lens:
         query_start.append(query_start[-1] + q)
 
-    host_longs, longs = _packed([input_ids, positions, slots, fill_at, fill_from], torch.int64, device)
-    host_ints, ints = _packed([query_start, seq_lens, tables], torch.int32, device)
+    host = _packed([input_ids, positions, slots, fill_at, fill_from], [query_start, seq_lens, tables], device)
+    longs, ints = host.to_device(device)
     ids = longs[0]
     if fill_at:
         ids[longs[3]] = previous.tokens[longs[4]]
-
-    def metadata(longs: list[torch.Tensor], ints: list[torch.Tensor]) -> AttentionMetadata:
-        return AttentionMetadata(
-            slot_mapping=longs[2],
-            query_start_loc=ints[0],
-            seq_lens=ints[1],
-            block_tables=ints[2].view(len(order), max_blocks),
-            num_decodes=sum(1 for q in query_lens if q == 1),
-            max_query_len=max(query_lens),
-            max_seq_len=max(seq_lens),
-            query_lens_cpu=query_lens,
-            seq_lens_cpu=seq_lens,
-        )
-
-    return ModelInputs(ids, longs[1], metadata(longs, ints), order, offsets, host_longs[1],
-                       metadata(host_longs, host_ints))
+    return ModelInputs(ids, longs[1], step_metadata(longs, ints, query_lens, seq_lens), order, offsets, host)
 
 
-def _packed(fields: list[list[int]], dtype: torch.dtype,
-            device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The fields as views of one host buffer and of its copy on the device, each starting
-    16-byte aligned (Triton specialises kernels on pointer alignment, so a misaligned view
-    would compile a variant)."""
+@dataclass
+class PackedStep:
+    """A step's inputs in two host buffers: int64 token ids, positions, slots, fill rows and fill
+    sources; int32 query starts, sequence lengths and block tables, each field starting 16-byte
+    aligned (Triton specialises kernels on pointer alignment, so a misaligned view would compile
+    a variant). Pinned, so that copies leave the host free; what rank 0 sends its workers."""
+
+    longs: torch.Tensor
+    ints: torch.Tensor
+    long_bounds: tuple[tuple[int, int], ...]
+    int_bounds: tuple[tuple[int, int], ...]
+
+    def to_device(self, device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The fields, as views of the two buffers' copies on ``device`` (the buffers on the CPU)."""
+        longs, ints = self.longs, self.ints
+        if device.type != "cpu":
+            longs, ints = longs.to(device, non_blocking=True), ints.to(device, non_blocking=True)
+        return [longs[a:b] for a, b in self.long_bounds], [ints[a:b] for a, b in self.int_bounds]
+
+    def lengths(self) -> tuple[list[int], list[int]]:
+        """Each sequence's query and KV lengths, read from the host buffer."""
+        starts = self.ints[slice(*self.int_bounds[0])].tolist()
+        return [b - a for a, b in zip(starts, starts[1:])], self.ints[slice(*self.int_bounds[1])].tolist()
+
+
+def step_metadata(longs: list[torch.Tensor], ints: list[torch.Tensor], query_lens: list[int],
+                  seq_lens: list[int]) -> AttentionMetadata:
+    """The attention metadata over a packed step's fields (``PackedStep.to_device``)."""
+    return AttentionMetadata(
+        slot_mapping=longs[2],
+        query_start_loc=ints[0],
+        seq_lens=ints[1],
+        block_tables=ints[2].view(len(seq_lens), -1),
+        num_decodes=sum(1 for q in query_lens if q == 1),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        query_lens_cpu=query_lens,
+        seq_lens_cpu=seq_lens,
+    )
+
+
+def _packed(long_fields: list[list[int]], int_fields: list[list[int]], device: torch.device) -> PackedStep:
+    longs, long_bounds = _aligned(long_fields, torch.int64)
+    ints, int_bounds = _aligned(int_fields, torch.int32)
+    return PackedStep(host_tensor(longs, torch.int64, device), host_tensor(ints, torch.int32, device),
+                      long_bounds, int_bounds)
+
+
+def _aligned(fields: list[list[int]], dtype: torch.dtype) -> tuple[list[int], tuple[tuple[int, int], ...]]:
+    """The fields one after another, each padded to start on 16 bytes, and where each sits."""
     per_16_bytes = 16 // dtype.itemsize
     values: list[int] = []
     bounds = []
@@ -204,5 +233,4 @@ def _packed(fields: list[list[int]], dtype: torch.dtype,
         values += [0] * (-len(values) % per_16_bytes)
         bounds.append((len(values), len(values) + len(values_of_field)))
         values += values_of_field
-    host, buffer = to_device_with_host(values, dtype, device)
-    return [host[start:end] for start, end in bounds], [buffer[start:end] for start, end in bounds]
+    return values, tuple(bounds)
