@@ -225,16 +225,19 @@ class DataParallelEngine:
         that finish one first (and of any read meanwhile)."""
         for replica in self.replicas:
             if replica.owned and not replica.stepping:
-                replica.conn.send(("step", ()))
-                replica.stepping = True
+                self._start_step(replica)
         stepping = [r for r in self.replicas if r.stepping]
         if stepping and not self._ready:
             wait([r.conn for r in stepping] + [r.proc.sentinel for r in stepping])
         for replica in stepping:
             if replica.conn.poll() or not replica.proc.is_alive():
-                self._read_step(replica)
+                self._read_step(replica, restart=True)
         outputs, self._ready = self._ready, []
         return outputs
+
+    def _start_step(self, replica: Replica) -> None:
+        replica.conn.send(("step", ()))
+        replica.stepping = True
 
     def _call(self, replica: Replica, method: str, *args: Any) -> tuple[str, Any]:
         """A call that waits for its reply; a step in flight on that replica is read first."""
@@ -246,10 +249,15 @@ class DataParallelEngine:
             pass  # dead: receive reports how
         return self.runner.receive(replica)
 
-    def _read_step(self, replica: Replica) -> None:
+    def _read_step(self, replica: Replica, restart: bool = False) -> None:
+        """``restart``: a replica with requests left starts its next step before its outputs are
+        relayed, so that it never waits for this process's work on them."""
         _, (outputs, kv_usage) = self.runner.receive(replica)
         replica.stepping = False
         replica.load.kv_usage = kv_usage
+        finished = {output.request_id for output in outputs if output.finished}
+        if restart and replica.owned - finished:
+            self._start_step(replica)
         for output in outputs:
             if output.finished:
                 self._finish(replica, output.request_id)
