@@ -95,7 +95,8 @@ def test_dummy_weights_do_not_depend_on_tensor_parallel_size(tmp_path):
 
 
 @pytest.mark.parametrize("name, billions", [("ernie-4.5-0.3b", 0.36), ("ernie-4.5-21b-a3b", 21.83),
-                                            ("qwen3-30b-a3b", 30.53), ("mixtral-8x7b", 46.70)])
+                                            ("qwen3-30b-a3b", 30.53), ("mixtral-8x7b", 46.70),
+                                            ("llama-3-70b", 70.55)])
 def test_bundled_configs_build_the_published_sizes(name, billions):
     config = DummyLoader().load_config(name)
     with torch.device("meta"):
