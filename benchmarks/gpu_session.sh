@@ -198,36 +198,43 @@ tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, 
     tests/distributed/test_expert_parallel.py
   ;;
 fourgpu)  # one 4-GPU call: Llama-3-70B at TP=4 on all four, then Llama-3-8B (TP=1 / TP=2 / DP=2 / PP=2)
-  # and Qwen3-30B-A3B (EP=2 / TP=2) on disjoint GPUs at once; every JSON and log tail lands in
-  # $OUT/results.json and $OUT/summary.txt (a call brings back few files)
+  # and Qwen3-30B-A3B (EP=2 / TP=2) on disjoint GPUs at once. A call brings back few files, so
+  # every JSON and log tail so far is gathered into $OUT/results.json and $OUT/summary.txt after
+  # each step: a call cut short still returns what ran. Send its output back unfiltered (a pipe
+  # into tail prints nothing when the call's limit kills it). The steps' limits add up to 500 s:
+  # give the call 560 s, or it may end before the last lanes.
   FINAL=$OUT; OUT=/tmp/fourgpu; mkdir -p $OUT
+  collect() {
+    $PY -c "import glob, json, os, sys; json.dump({os.path.basename(p)[:-5]: json.load(open(p)) for p in
+      sorted(glob.glob(sys.argv[1] + '/*.json'))}, open(sys.argv[2], 'w'), indent=1)" "$OUT" "$FINAL/results.json"
+    for f in $OUT/*.txt; do tail -40 "$f"; done > "$FINAL/summary.txt"
+  }
+  lane() { step "$@"; collect; }
   BIG="--model llama-3-70b --load-format dummy --dtype bfloat16 -tp 4"
   LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
   TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-500} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
   MOE="bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 --batch-size 1 64 --input-len 128 \
     --output-len 128 --num-iters 1 --max-num-seqs 64 -tp 2"
-  step big_latency 110 $FASTLLM bench latency $BIG --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
+  lane big_latency 110 $FASTLLM bench latency $BIG --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
     --max-num-seqs 16 --output-json "$OUT/big_latency.json"
-  step big_throughput 130 $FASTLLM bench throughput $BIG --num-prompts ${BIG_PROMPTS:-300} --input-len 1024 \
+  lane big_throughput 130 $FASTLLM bench throughput $BIG --num-prompts ${BIG_PROMPTS:-300} --input-len 1024 \
     --output-len 256 --range-ratio 0 --quiet --output-json "$OUT/big_throughput.json"
   (export CUDA_VISIBLE_DEVICES=0
-   step latency_tp1 50 $FASTLLM $LAT --output-json "$OUT/latency_tp1.json"
-   step throughput_tp1 65 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json") &
+   lane latency_tp1 50 $FASTLLM $LAT --output-json "$OUT/latency_tp1.json"
+   lane throughput_tp1 65 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json") &
   (export CUDA_VISIBLE_DEVICES=1,2
-   step latency_tp2 60 $FASTLLM $LAT -tp 2 --output-json "$OUT/latency_tp2.json"
-   step throughput_pp2 75 $FASTLLM $TPUT -pp 2 --output-json "$OUT/throughput_pp2.json") &
+   lane latency_tp2 60 $FASTLLM $LAT -tp 2 --output-json "$OUT/latency_tp2.json"
+   lane throughput_pp2 75 $FASTLLM $TPUT -pp 2 --output-json "$OUT/throughput_pp2.json") &
   wait
   (export CUDA_VISIBLE_DEVICES=0,1
-   step throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
-   TAIL=6 step pp_tests 40 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
+   lane throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
+   TAIL=6 lane pp_tests 40 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
      tests/distributed/test_pipeline_parallel.py -k "micro_batches or split_step") &
   (export CUDA_VISIBLE_DEVICES=2,3
-   step moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
-   step moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json") &
+   lane moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
+   lane moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json") &
   wait
-  $PY -c "import glob, json, os, sys; json.dump({os.path.basename(p)[:-5]: json.load(open(p)) for p in
-    sorted(glob.glob(sys.argv[1] + '/*.json'))}, open(sys.argv[2], 'w'), indent=1)" "$OUT" "$FINAL/results.json"
-  for f in $OUT/*.txt; do tail -40 "$f"; done > "$FINAL/summary.txt"
+  collect  # the lanes' last ones may have raced
   ;;
 esac
 done
