@@ -12,6 +12,7 @@ from transformers import LlamaConfig
 
 from fastllm import LLM, SamplingParams
 from fastllm.attention.metadata import AttentionMetadata
+from fastllm.worker import model_runner
 from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.testing.models import save_tiny_checkpoint
 from tests.conftest import TINY_LLAMA
@@ -62,10 +63,14 @@ def test_more_stages_than_layers_fails_at_start(tiny_llama_dir):
                                    num_gpu_blocks_override=8))
 
 
-def test_micro_batches_match_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, monkeypatch):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_micro_batches_match_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, monkeypatch, tp):
     """Steps of 16 tokens cut into 4 micro-batches: prefill chunks and decodes cut mid-run."""
     monkeypatch.setenv("FASTLLM_PP_MICRO_BATCH_TOKENS", "4")  # read by every rank, spawned ones too
-    test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, 1, 2)
+    cuts = []
+    monkeypatch.setattr(model_runner, "split_step", lambda *args: cuts.append(split_step(*args)) or cuts[-1])
+    test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, tp, 2)
+    assert {len(parts) for parts in cuts} == {4}  # on rank 0, which the workers' collectives must match
 
 
 def test_split_step_cuts_rows_by_tokens():
