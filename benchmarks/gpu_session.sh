@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed, fourgpu)
+#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -32,6 +32,20 @@ PY="python3 -P"
 FASTLLM="$PY -m fastllm.entrypoints.cli.main"
 MODEL=${MODEL:-llama-3-8b}
 COMMON="--model $MODEL --load-format dummy --dtype bfloat16"
+
+# The 4-GPU phases (big4, lanes4) keep each step's log and JSON in $GATHERED and gather them all
+# into $FINAL/results.json and $FINAL/summary.txt after every step: a call brings back few files,
+# and one cut short still returns what ran. Send the call's output back unfiltered (a pipe into
+# tail prints nothing when the call's limit kills it). Their steps' limits add up to about 240 s
+# (big4) and 260 s (lanes4): give a call of both 560 s.
+FINAL=$OUT; GATHERED=/tmp/gathered; mkdir -p $GATHERED
+BIG="--model llama-3-70b --load-format dummy --dtype bfloat16 -tp 4"
+collect() {
+  $PY -c "import glob, json, os, sys; json.dump({os.path.basename(p)[:-5]: json.load(open(p)) for p in
+    sorted(glob.glob(sys.argv[1] + '/*.json'))}, open(sys.argv[2], 'w'), indent=1)" "$GATHERED" "$FINAL/results.json"
+  for f in $GATHERED/*.txt; do tail -40 "$f"; done > "$FINAL/summary.txt"
+}
+lane() { step "$@"; collect; }
 
 step() {  # step NAME SECONDS COMMAND...: run, keep the output's tail
   local name=$1 limit=$2; shift 2
@@ -197,28 +211,20 @@ tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, 
   TAIL=6 step ep2_equality 60 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
     tests/distributed/test_expert_parallel.py
   ;;
-fourgpu)  # one 4-GPU call: Llama-3-70B at TP=4 on all four, then Llama-3-8B (TP=1 / TP=2 / DP=2 / PP=2)
-  # and Qwen3-30B-A3B (EP=2 / TP=2) on disjoint GPUs at once. A call brings back few files, so
-  # every JSON and log tail so far is gathered into $OUT/results.json and $OUT/summary.txt after
-  # each step: a call cut short still returns what ran. Send its output back unfiltered (a pipe
-  # into tail prints nothing when the call's limit kills it). The steps' limits add up to 500 s:
-  # give the call 560 s, or it may end before the last lanes.
-  FINAL=$OUT; OUT=/tmp/fourgpu; mkdir -p $OUT
-  collect() {
-    $PY -c "import glob, json, os, sys; json.dump({os.path.basename(p)[:-5]: json.load(open(p)) for p in
-      sorted(glob.glob(sys.argv[1] + '/*.json'))}, open(sys.argv[2], 'w'), indent=1)" "$OUT" "$FINAL/results.json"
-    for f in $OUT/*.txt; do tail -40 "$f"; done > "$FINAL/summary.txt"
-  }
-  lane() { step "$@"; collect; }
-  BIG="--model llama-3-70b --load-format dummy --dtype bfloat16 -tp 4"
-  LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
-  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-500} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
-  MOE="bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 --batch-size 1 64 --input-len 128 \
-    --output-len 128 --num-iters 1 --max-num-seqs 64 -tp 2"
+big4)  # four GPUs: Llama-3-70B at TP=4, batch 1 against the four GPUs' bandwidth limit, then offline with MFU
+  OUT=$GATHERED
   lane big_latency 110 $FASTLLM bench latency $BIG --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
     --max-num-seqs 16 --output-json "$OUT/big_latency.json"
   lane big_throughput 130 $FASTLLM bench throughput $BIG --num-prompts ${BIG_PROMPTS:-300} --input-len 1024 \
     --output-len 256 --range-ratio 0 --quiet --output-json "$OUT/big_throughput.json"
+  ;;
+lanes4)  # four GPUs, disjoint pairs at once: Llama-3-8B TP=1 / TP=2 batch 1, TP=1 / PP=2 / DP=2 offline,
+  # Qwen3-30B-A3B at EP=2 and TP=2 (batch 1 and 64)
+  OUT=$GATHERED
+  LAT="bench latency $COMMON --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16"
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-500} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  MOE="bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 --batch-size 1 64 --input-len 128 \
+    --output-len 128 --num-iters 1 --max-num-seqs 64 -tp 2"
   (export CUDA_VISIBLE_DEVICES=0
    lane latency_tp1 50 $FASTLLM $LAT --output-json "$OUT/latency_tp1.json"
    lane throughput_tp1 65 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json") &
