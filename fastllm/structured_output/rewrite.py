@@ -1,0 +1,158 @@
+"""A JSON schema rewritten, where that is proven to change nothing, into keywords a backend
+without ``oneOf`` / ``not`` / ``if`` / ``dependencies`` / ``propertyNames`` (llguidance) enforces
+exactly. Each rewrite accepts exactly the instances the keyword it replaces accepts; where one
+cannot be proven (a complement with no form without ``not``...) the keyword is left as written,
+for the backend to refuse with its reason.
+
+A node's added constraints join its ``allOf``. A node beside ``$ref`` is left alone (whether
+siblings of ``$ref`` constrain depends on the draft), and so is a schema whose ``$ref`` point
+into a keyword rewritten here (the path would move).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+from fastllm.structured_output.coverage import SCHEMA_LIST, SCHEMA_MAP, SUBSCHEMA
+from fastllm.structured_output.negation import ANNOTATIONS, complement, same
+from fastllm.structured_output.one_of import disjoint, resolve
+
+_REWRITTEN = ("oneOf", "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+              "propertyNames")
+_INTO_REWRITTEN = re.compile(r'"\$ref":\s*"[^"]*/(?:' + "|".join(_REWRITTEN) + r')(?:/|")')
+
+
+def exact_schema(schema: Any) -> Any:
+    """``schema`` with every rewrite below applied where it is exact; all else as written."""
+    if _INTO_REWRITTEN.search(json.dumps(schema)):
+        return schema
+    return _walk(schema, schema)
+
+
+def _walk(node: Any, root: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for keyword, value in node.items():
+        if keyword in SUBSCHEMA and isinstance(value, dict):
+            out[keyword] = _walk(value, root)
+        elif keyword in SCHEMA_LIST and isinstance(value, list):
+            out[keyword] = [_walk(item, root) for item in value]
+        elif keyword in SCHEMA_MAP and isinstance(value, dict):
+            out[keyword] = {name: _walk(item, root) for name, item in value.items()}
+        else:
+            out[keyword] = value
+    if "$ref" in node:
+        return out
+    for rewrite in (_one_of, _not, _if_then_else, _dependencies, _property_names):
+        out = rewrite(node, out, root)
+    return out
+
+
+def _join(out: dict[str, Any], removed: tuple[str, ...], constraints: list[Any]) -> dict[str, Any]:
+    out = {key: value for key, value in out.items() if key not in removed}
+    if constraints:
+        out["allOf"] = [*out.get("allOf", []), *constraints]
+    return out
+
+
+def _one_of(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
+    """``oneOf: [A1..An]`` as ``anyOf`` of each ``Ai`` and the complement of every ``Aj`` not
+    proven disjoint from it ("Ai matches and no other does" is the definition); a branch written
+    twice alike can never be the only match, so it is dropped (its complement stays in the
+    others'). The complement of ``Aj`` need only be exact within ``Ai``, as it is intersected
+    with it. Pairwise disjoint branches need no complement: a plain ``anyOf``."""
+    branches = node.get("oneOf")
+    if not isinstance(branches, list) or not branches:
+        return out
+    rewritten = out["oneOf"]
+    alternatives = []
+    for i, branch in enumerate(branches):
+        others = [other for j, other in enumerate(branches) if j != i and not disjoint(branch, other, root, node)]
+        if any(same(branch, other) for other in others):
+            continue
+        within = resolve(branch, root)
+        within = within if isinstance(within, dict) else None
+        negated = [complement(other, root, within) for other in others]
+        if any(item is None for item in negated):
+            return out
+        negated = [item for item in negated if item is not True]
+        alternatives.append({"allOf": [rewritten[i], *negated]} if negated else rewritten[i])
+    if not alternatives:
+        alternatives = [False]
+    if "anyOf" in out:
+        return _join(out, ("oneOf",), [{"anyOf": alternatives}])
+    return {**_join(out, ("oneOf",), []), "anyOf": alternatives}
+
+
+def _not(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
+    """``not: X`` as the complement of ``X`` written without ``not``."""
+    if "not" not in node:
+        return out
+    negated = complement(node["not"], root)
+    return out if negated is None else _join(out, ("not",), [negated])
+
+
+def _if_then_else(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
+    """``if: I, then: T, else: E`` as ``anyOf: [allOf: [I, T], allOf: [not I, E]]`` (a missing
+    branch is true), with ``not I`` as its complement; ``then`` / ``else`` without ``if`` assert
+    nothing and are dropped."""
+    if "if" not in node:
+        return _join(out, ("then", "else"), []) if "then" in node or "else" in node else out
+    negated = complement(node["if"], root)
+    if negated is None:
+        return out
+    then, otherwise = out.get("then", True), out.get("else", True)
+    taken = {"allOf": [out["if"], then]} if then is not True else out["if"]
+    skipped = {"allOf": [negated, otherwise]} if otherwise is not True else negated
+    return _join(out, ("if", "then", "else"), [{"anyOf": [taken, skipped]}])
+
+
+def _dependencies(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
+    """``dependencies`` / ``dependentRequired`` / ``dependentSchemas`` ``{a: X}``: each as
+    ``anyOf: [{properties: {a: false}}, X]`` ("a absent, or X"; a list X as ``required: X``).
+    Non-objects pass both: ``properties`` and ``required`` judge objects only, as the original."""
+    constraints = []
+    removed = []
+    for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
+        value = out.get(keyword)
+        if not isinstance(value, dict):
+            continue
+        for name, then in value.items():
+            if isinstance(then, list):
+                if not all(isinstance(item, str) for item in then):
+                    return out
+                then = {"required": then}
+            elif not isinstance(then, (dict, bool)):
+                return out
+            constraints.append({"anyOf": [{"properties": {name: False}}, then]})
+        removed.append(keyword)
+    return _join(out, tuple(removed), constraints) if removed else out
+
+
+def _property_names(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
+    """``propertyNames`` that only says names are strings (always true of JSON keys) is dropped;
+    one that is a ``pattern`` on an object with no ``properties`` / ``patternProperties`` becomes
+    ``patternProperties: {pattern: additionalProperties}`` with no other key allowed."""
+    names = node.get("propertyNames")
+    if names is None:
+        return out
+    if names is True or (isinstance(names, dict) and all(
+            key in ANNOTATIONS or (key == "type" and names[key] == "string") for key in names)):
+        return _join(out, ("propertyNames",), [])
+    pattern = _only_pattern(names)
+    if pattern is None or "properties" in node or "patternProperties" in node:
+        return out
+    rest = _join(out, ("propertyNames", "additionalProperties"), [])
+    return {**rest, "patternProperties": {pattern: out.get("additionalProperties", True)},
+            "additionalProperties": False}
+
+
+def _only_pattern(names: Any) -> Optional[str]:
+    if not isinstance(names, dict) or not isinstance(names.get("pattern"), str):
+        return None
+    extra = [key for key in names if key not in ANNOTATIONS and key != "pattern"]
+    return names["pattern"] if extra in ([], ["type"]) and names.get("type", "string") == "string" else None
+
