@@ -17,11 +17,18 @@ from typing import Any, Optional
 from fastllm.structured_output.one_of import resolve
 
 ALL_TYPES = ("array", "boolean", "null", "number", "object", "string")
-# keywords that assert nothing about an instance
-ANNOTATIONS = frozenset(("title", "description", "$comment", "default", "examples", "format", "$schema", "$id",
-                         "id", "definitions", "$defs", "deprecated", "readOnly", "writeOnly", "markdownDescription",
-                         "enumDescriptions", "markdownEnumDescriptions", "deprecationMessage"))
+# every keyword that can reject an instance; any other (``title``, ``format``, ``$defs``, a
+# vendor's ``propertyOrder``...) asserts nothing, as validators ignore unknown keywords
+ASSERTIONS = frozenset((
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength",
+    "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "maxContains", "minContains", "maxProperties",
+    "minProperties", "required", "dependentRequired", "dependencies", "properties", "patternProperties",
+    "additionalProperties", "propertyNames", "items", "prefixItems", "additionalItems", "contains", "unevaluatedItems",
+    "unevaluatedProperties", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref",
+    "$dynamicRef", "$recursiveRef"))
 _MAX_DEPTH = 8
+_READS_SIBLINGS = frozenset(("additionalProperties", "items", "additionalItems", "prefixItems", "unevaluatedProperties",
+                             "unevaluatedItems", "if", "then", "else", "contains", "minContains", "maxContains"))
 
 
 def complement(node: Any, root: Any, within: Optional[dict[str, Any]] = None, depth: int = 0) -> Optional[Any]:
@@ -36,14 +43,15 @@ def complement(node: Any, root: Any, within: Optional[dict[str, Any]] = None, de
         return None
     if "$ref" in node:
         target = resolve(node, root)
-        if target is None or any(key not in ANNOTATIONS for key in node if key != "$ref"):
+        if target is None or any(key in ASSERTIONS for key in node if key != "$ref"):
             return None
         return complement(target, root, within, depth + 1)
+    facts = _facts(within, root) if within is not None else []
     alternatives: list[Any] = []
     for keyword, value in node.items():
-        if keyword in ANNOTATIONS or (within is not None and _implied(within, node, keyword)):
+        if keyword not in ASSERTIONS or any(_implied(fact, node, keyword) for fact in facts):
             continue
-        found = _keyword_complement(node, keyword, value, root, depth)
+        found = _keyword_complement(node, keyword, value, root, depth, facts)
         if found is None:
             return None
         alternatives.extend(found)
@@ -53,6 +61,15 @@ def complement(node: Any, root: Any, within: Optional[dict[str, Any]] = None, de
     return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
 
 
+def _facts(within: dict[str, Any], root: Any) -> list[dict[str, Any]]:
+    """Schemas every instance of ``within`` matches: itself and its ``allOf`` members, followed,
+    with the ``required`` of them all joined in the first."""
+    facts = [within] + [member for member in map(lambda m: resolve(m, root), within.get("allOf", []))
+                        if isinstance(member, dict)] if isinstance(within.get("allOf"), list) else [within]
+    required = {name for fact in facts for name in fact.get("required", []) if isinstance(fact.get("required"), list)}
+    return [{**facts[0], "required": sorted(required)}, *facts[1:]]
+
+
 def _implied(within: dict[str, Any], node: dict[str, Any], keyword: str) -> bool:
     """Whether every instance of ``within`` passes ``node``'s ``keyword`` (same value, or a
     required list it contains); keywords that read their siblings are never assumed."""
@@ -60,13 +77,15 @@ def _implied(within: dict[str, Any], node: dict[str, Any], keyword: str) -> bool
         return set(node[keyword]) <= set(within["required"])
     if keyword == "properties" and isinstance(node[keyword], dict) and isinstance(within.get("properties"), dict):
         return all(within["properties"].get(name, object()) == schema for name, schema in node[keyword].items())
-    if keyword in ("additionalProperties", "items", "additionalItems", "prefixItems"):
+    if keyword in _READS_SIBLINGS:
         return False
     return keyword in within and within[keyword] == node[keyword]
 
 
-def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: Any, depth: int) -> Optional[list[Any]]:
-    """The instances ``keyword`` rejects, as alternatives; None where not expressible."""
+def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: Any, depth: int,
+                        facts: list[dict[str, Any]]) -> Optional[list[Any]]:
+    """The instances ``keyword`` rejects, as alternatives (where ``facts`` are given, only those
+    that match them need be right); None where not expressible."""
     if keyword == "type":
         types = _type_set(value)
         if types is None:
@@ -98,7 +117,9 @@ def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: An
     if keyword == "allOf" and isinstance(value, list):
         found = []
         for item in value:
-            negated = complement(item, root, None, depth + 1)
+            if any(same(item, member) for fact in facts for member in fact.get("allOf", [])):
+                continue  # an allOf member the facts share: no instance of theirs fails it
+            negated = complement(item, root, facts[0] if facts else None, depth + 1)
             if negated is None:
                 return None
             found.append(negated)

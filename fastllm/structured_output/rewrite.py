@@ -16,7 +16,7 @@ import re
 from typing import Any, Optional
 
 from fastllm.structured_output.coverage import SCHEMA_LIST, SCHEMA_MAP, SUBSCHEMA
-from fastllm.structured_output.negation import ANNOTATIONS, complement, same
+from fastllm.structured_output.negation import ASSERTIONS, complement, same
 from fastllm.structured_output.one_of import disjoint, resolve
 
 _REWRITTEN = ("oneOf", "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
@@ -63,14 +63,18 @@ def _one_of(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, A
     proven disjoint from it ("Ai matches and no other does" is the definition); a branch written
     twice alike can never be the only match, so it is dropped (its complement stays in the
     others'). The complement of ``Aj`` need only be exact within ``Ai``, as it is intersected
-    with it. Pairwise disjoint branches need no complement: a plain ``anyOf``."""
+    with it. Pairwise disjoint branches need no complement: a plain ``anyOf``. Where two branches
+    judge objects only, every non-object matches both: the ``oneOf`` then holds objects only,
+    so ``type: object`` joins, and branches need only be disjoint as objects."""
     branches = node.get("oneOf")
     if not isinstance(branches, list) or not branches:
         return out
     rewritten = out["oneOf"]
+    objects_only = sum(_judges_objects_only(branch, root) for branch in branches) >= 2
+    context = {**node, "type": "object"} if objects_only else node
     alternatives = []
     for i, branch in enumerate(branches):
-        others = [other for j, other in enumerate(branches) if j != i and not disjoint(branch, other, root, node)]
+        others = [other for j, other in enumerate(branches) if j != i and not disjoint(branch, other, root, context)]
         if any(same(branch, other) for other in others):
             continue
         within = resolve(branch, root)
@@ -82,9 +86,22 @@ def _one_of(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, A
         alternatives.append({"allOf": [rewritten[i], *negated]} if negated else rewritten[i])
     if not alternatives:
         alternatives = [False]
+    typed = [{"type": "object"}] if objects_only else []
     if "anyOf" in out:
-        return _join(out, ("oneOf",), [{"anyOf": alternatives}])
-    return {**_join(out, ("oneOf",), []), "anyOf": alternatives}
+        return _join(out, ("oneOf",), [{"anyOf": alternatives}, *typed])
+    return {**_join(out, ("oneOf",), typed), "anyOf": alternatives}
+
+
+_OBJECT_KEYWORDS = frozenset(("properties", "required", "additionalProperties", "patternProperties", "minProperties",
+                              "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
+                              "unevaluatedProperties"))
+
+
+def _judges_objects_only(branch: Any, root: Any) -> bool:
+    """Whether ``branch`` accepts every non-object: its only assertions are object keywords."""
+    branch = resolve(branch, root)
+    return branch is True or isinstance(branch, dict) and all(
+        key in _OBJECT_KEYWORDS for key in branch if key in ASSERTIONS)
 
 
 def _not(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
@@ -140,7 +157,7 @@ def _property_names(node: dict[str, Any], out: dict[str, Any], root: Any) -> dic
     if names is None:
         return out
     if names is True or (isinstance(names, dict) and all(
-            key in ANNOTATIONS or (key == "type" and names[key] == "string") for key in names)):
+            key not in ASSERTIONS or (key == "type" and names[key] == "string") for key in names)):
         return _join(out, ("propertyNames",), [])
     pattern = _only_pattern(names)
     if pattern is None or "properties" in node or "patternProperties" in node:
@@ -153,6 +170,6 @@ def _property_names(node: dict[str, Any], out: dict[str, Any], root: Any) -> dic
 def _only_pattern(names: Any) -> Optional[str]:
     if not isinstance(names, dict) or not isinstance(names.get("pattern"), str):
         return None
-    extra = [key for key in names if key not in ANNOTATIONS and key != "pattern"]
+    extra = [key for key in names if key in ASSERTIONS and key != "pattern"]
     return names["pattern"] if extra in ([], ["type"]) and names.get("type", "string") == "string" else None
 
