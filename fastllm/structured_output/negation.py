@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+from fastllm.structured_output.coverage import subschemas
 from fastllm.structured_output.one_of import resolve
 
 ALL_TYPES = ("array", "boolean", "null", "number", "object", "string")
@@ -75,11 +76,28 @@ def _implied(within: dict[str, Any], node: dict[str, Any], keyword: str) -> bool
     required list it contains); keywords that read their siblings are never assumed."""
     if keyword == "required" and isinstance(node[keyword], list) and isinstance(within.get("required"), list):
         return set(node[keyword]) <= set(within["required"])
-    if keyword == "properties" and isinstance(node[keyword], dict) and isinstance(within.get("properties"), dict):
-        return all(within["properties"].get(name, object()) == schema for name, schema in node[keyword].items())
+    if keyword == "properties" and isinstance(node[keyword], dict):
+        return all(_property_implied(within, name, schema) for name, schema in node[keyword].items())
     if keyword in _READS_SIBLINGS:
         return False
     return keyword in within and within[keyword] == node[keyword]
+
+
+def _property_implied(within: dict[str, Any], name: str, schema: Any) -> bool:
+    """Whether property ``name`` of every instance of ``within`` matches ``schema``: the same
+    schema, or ``within`` never has the property."""
+    properties = within.get("properties") if isinstance(within.get("properties"), dict) else {}
+    if name in properties:
+        return properties[name] is False or same(properties[name], schema)
+    return _closed_keys(within) is not None
+
+
+def _closed_keys(node: dict[str, Any]) -> Optional[set[str]]:
+    """The only keys an object matching ``node`` may have; None where it is open."""
+    if node.get("additionalProperties") is not False or node.get("patternProperties"):
+        return None
+    properties = node.get("properties", {})
+    return {name for name, schema in properties.items() if schema is not False} if isinstance(properties, dict) else None
 
 
 def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: Any, depth: int,
@@ -97,6 +115,8 @@ def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: An
     if keyword == "properties" and isinstance(value, dict):
         found = []
         for name, schema in value.items():
+            if any(_property_implied(fact, name, schema) for fact in facts):
+                continue
             negated = complement(schema, root, None, depth + 1)
             if negated is None:
                 return None
@@ -105,6 +125,16 @@ def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: An
         return found
     if keyword == "additionalProperties" and value in (True, {}):
         return []
+    if keyword == "additionalProperties" and value is False and not node.get("patternProperties"):
+        # "a key it does not name" is inexpressible, but where the facts allow only named keys
+        # it is "one of those it does not name"
+        allowed = set(node.get("properties", {})) if isinstance(node.get("properties", {}), dict) else None
+        known = [keys for keys in map(_closed_keys, facts) if keys is not None]
+        if allowed is None or not known:
+            return None
+        return [{"type": "object", "required": [name]} for name in sorted(known[0] - allowed)]
+    if keyword == "not":
+        return [value] if _plain(value) else None
     if keyword in ("enum", "const"):
         return _values_complement(value if keyword == "enum" else [value])
     bounds = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
@@ -128,6 +158,13 @@ def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: An
         negated = [complement(item, root, None, depth + 1) for item in value]
         return None if any(item is None for item in negated) else [{"allOf": negated}]
     return None
+
+
+def _plain(schema: Any) -> bool:
+    """Whether ``schema`` holds no keyword the rewrites replace: it may stand as it is."""
+    return not any(keyword in node for _, node in subschemas(schema) for keyword in
+                   ("oneOf", "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+                    "propertyNames"))
 
 
 def _type_set(value: Any) -> Optional[set[str]]:

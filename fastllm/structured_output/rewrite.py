@@ -4,7 +4,8 @@ exactly. Each rewrite accepts exactly the instances the keyword it replaces acce
 cannot be proven (a complement with no form without ``not``...) the keyword is left as written,
 for the backend to refuse with its reason.
 
-A node's added constraints join its ``allOf``. A node beside ``$ref`` is left alone (whether
+A node's added constraints join its ``allOf``. Objects under unknown keywords are walked as
+schemas too (``$ref`` may point into them; if they are annotations, nothing validates them). A node beside ``$ref`` is left alone (whether
 siblings of ``$ref`` constrain depends on the draft), and so is a schema whose ``$ref`` point
 into a keyword rewritten here (the path would move).
 """
@@ -21,6 +22,7 @@ from fastllm.structured_output.one_of import disjoint, resolve
 
 _REWRITTEN = ("oneOf", "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
               "propertyNames")
+_DATA = frozenset(("const", "enum", "default", "examples"))
 _INTO_REWRITTEN = re.compile(r'"\$ref":\s*"[^"]*/(?:' + "|".join(_REWRITTEN) + r')(?:/|")')
 
 
@@ -42,6 +44,8 @@ def _walk(node: Any, root: Any) -> Any:
             out[keyword] = [_walk(item, root) for item in value]
         elif keyword in SCHEMA_MAP and isinstance(value, dict):
             out[keyword] = {name: _walk(item, root) for name, item in value.items()}
+        elif keyword not in _DATA and isinstance(value, dict):
+            out[keyword] = _walk(value, root)  # a holder of schemas under other names ($defs/a/b)
         else:
             out[keyword] = value
     if "$ref" in node:
