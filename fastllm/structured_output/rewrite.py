@@ -86,6 +86,8 @@ def _one_of(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, A
         negated = [complement(other, root, within) for other in others]
         if any(item is None for item in negated):
             return out
+        if any(item is False for item in negated):
+            continue  # another branch matches wherever this one does
         negated = [item for item in negated if item is not True]
         alternatives.append({"allOf": [rewritten[i], *negated]} if negated else rewritten[i])
     if not alternatives:
@@ -119,7 +121,9 @@ def _not(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]
 def _if_then_else(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
     """``if: I, then: T, else: E`` as ``anyOf: [allOf: [I, T], allOf: [not I, E]]`` (a missing
     branch is true), with ``not I`` as its complement; ``then`` / ``else`` without ``if`` assert
-    nothing and are dropped."""
+    nothing and are dropped. Left alone before draft 7, which knows none of the three."""
+    if _names_draft(root, (3, 4, 6)):
+        return out
     if "if" not in node:
         return _join(out, ("then", "else"), []) if "then" in node or "else" in node else out
     negated = complement(node["if"], root)
@@ -134,10 +138,13 @@ def _if_then_else(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[
 def _dependencies(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
     """``dependencies`` / ``dependentRequired`` / ``dependentSchemas`` ``{a: X}``: each as
     ``anyOf: [{properties: {a: false}}, X]`` ("a absent, or X"; a list X as ``required: X``).
-    Non-objects pass both: ``properties`` and ``required`` judge objects only, as the original."""
+    Non-objects pass both: ``properties`` and ``required`` judge objects only, as the original.
+    ``dependencies`` is read as drafts 4 to 7 define it in every draft (2019-09 split it in two;
+    enforcing it there can only narrow); the two later keywords only from 2019-09 on."""
     constraints = []
     removed = []
-    for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
+    later = () if _names_draft(root, (3, 4, 6, 7)) else ("dependentRequired", "dependentSchemas")
+    for keyword in ("dependencies", *later):
         value = out.get(keyword)
         if not isinstance(value, dict):
             continue
@@ -151,6 +158,13 @@ def _dependencies(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[
             constraints.append({"anyOf": [{"properties": {name: False}}, then]})
         removed.append(keyword)
     return _join(out, tuple(removed), constraints) if removed else out
+
+
+def _names_draft(root: Any, drafts: tuple[int, ...]) -> bool:
+    """Whether the schema's ``$schema`` names one of ``drafts`` (one that names none is read as
+    the latest)."""
+    declared = str(root.get("$schema", "")) if isinstance(root, dict) else ""
+    return any(f"draft-0{n}" in declared for n in drafts)
 
 
 def _property_names(node: dict[str, Any], out: dict[str, Any], root: Any) -> dict[str, Any]:
