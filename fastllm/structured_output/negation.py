@@ -26,7 +26,7 @@ ASSERTIONS = frozenset((
     "minProperties", "required", "dependentRequired", "dependencies", "properties", "patternProperties",
     "additionalProperties", "propertyNames", "items", "prefixItems", "additionalItems", "contains", "unevaluatedItems",
     "unevaluatedProperties", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref",
-    "$dynamicRef", "$recursiveRef"))
+    "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy"))  # the last three: draft 3
 _MAX_DEPTH = 8
 _READS_SIBLINGS = frozenset(("additionalProperties", "items", "additionalItems", "prefixItems", "unevaluatedProperties",
                              "unevaluatedItems", "if", "then", "else", "contains", "minContains", "maxContains"))
@@ -80,7 +80,7 @@ def _implied(within: dict[str, Any], node: dict[str, Any], keyword: str) -> bool
         return all(_property_implied(within, name, schema) for name, schema in node[keyword].items())
     if keyword in _READS_SIBLINGS:
         return False
-    return keyword in within and within[keyword] == node[keyword]
+    return keyword in within and same(within[keyword], node[keyword])  # never 1 == True
 
 
 def _property_implied(within: dict[str, Any], name: str, schema: Any) -> bool:

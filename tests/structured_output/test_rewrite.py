@@ -49,6 +49,7 @@ def test_one_of_with_a_branch_written_twice_never_picks_it():
         {"properties": {"kind": {"enum": ["a"]}}, "required": ["kind"]}, twice, twice]}
     assert_equivalent(schema, [{"kind": "a"}, {"kind": "b"}, {"kind": "c"}, {}], "oneOf")
     assert not judge(exact_schema(schema), {"kind": "b"})
+    assert_equivalent({"oneOf": [{"const": "a"}, {"const": "a"}]}, ["a", "b"], "oneOf")  # never exactly one
 
 
 def test_one_of_of_untyped_object_branches_holds_objects_only():
@@ -132,6 +133,8 @@ def test_strings_other_than_matches_every_string_but_those():
         # fullmatch: ECMA-262's `$` (which JSON Schema and llguidance use) never matches before a final newline
         assert bool(pattern.fullmatch(text)) == (text not in excluded), text
     assert complement({"enum": [1, "a"]}, {}) is None  # "a number other than 1" has no such form
+    assert complement({"const": True}, {}, within={"const": 1}) == {"anyOf": [
+        {"type": ["array", "null", "number", "object", "string"]}, {"const": False}]}  # 1 is not true
 
 
 def _mutants(document, names):
