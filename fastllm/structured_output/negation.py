@@ -97,7 +97,9 @@ def _closed_keys(node: dict[str, Any]) -> Optional[set[str]]:
     if node.get("additionalProperties") is not False or node.get("patternProperties"):
         return None
     properties = node.get("properties", {})
-    return {name for name, schema in properties.items() if schema is not False} if isinstance(properties, dict) else None
+    if not isinstance(properties, dict):
+        return None
+    return {name for name, schema in properties.items() if schema is not False}
 
 
 def _keyword_complement(node: dict[str, Any], keyword: str, value: Any, root: Any, depth: int,

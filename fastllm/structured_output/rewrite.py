@@ -5,9 +5,10 @@ cannot be proven (a complement with no form without ``not``...) the keyword is l
 for the backend to refuse with its reason.
 
 A node's added constraints join its ``allOf``. Objects under unknown keywords are walked as
-schemas too (``$ref`` may point into them; if they are annotations, nothing validates them). A node beside ``$ref`` is left alone (whether
-siblings of ``$ref`` constrain depends on the draft), and so is a schema whose ``$ref`` point
-into a keyword rewritten here (the path would move).
+schemas too (``$ref`` may point into them; if they are annotations, nothing validates them). A
+node beside ``$ref`` is left alone (whether siblings of ``$ref`` constrain depends on the
+draft), and so is a schema whose ``$ref`` point into a keyword rewritten here (the path would
+move).
 """
 
 from __future__ import annotations
