@@ -23,8 +23,8 @@ _MAX_REF_DEPTH = 16
 
 
 def resolve(node: Any, root: Any) -> Any:
-    """``node`` with local ``$ref`` followed (its siblings dropped: only used to prove disjointness,
-    where fewer constraints can only make the proof fail); None where it cannot be followed."""
+    """``node`` with local ``$ref`` followed, its siblings dropped (a disjointness proof can only
+    fail with fewer constraints; a complement checks them itself); None where it cannot be followed."""
     for _ in range(_MAX_REF_DEPTH):
         if not isinstance(node, dict) or "$ref" not in node:
             return node
