@@ -77,6 +77,8 @@ def test_not_strict_approximates_and_unknown_formats_are_annotations(backend, to
     assert accepts(backend, tokenizer, dict(json=one_of, strict=False), "1")
     unknown = {"type": "object", "properties": {"a": {"type": "string", "format": "no-such-format"}}}
     assert accepts(backend, tokenizer, dict(json=unknown), '{"a": "x"}')
+    spaced = {"type": "string", "format": "ISO 8601"}  # a format name llguidance's message ends the line with
+    assert accepts(backend, tokenizer, dict(json=spaced), '"x"')
 
 
 def test_a_compiled_grammar_is_shared_and_matchers_are_independent(backend, tokenizer):
