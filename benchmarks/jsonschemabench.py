@@ -42,9 +42,11 @@ SPLITS = ("Github_easy", "Github_medium", "Github_hard", "Glaiveai2K", "Kubernet
 BACKENDS = ("xgrammar", "llguidance", "auto")
 
 
-def load_sample(limit: Optional[int], splits: Optional[list[str]] = None) -> list[dict[str, Any]]:
+def load_sample(limit: Optional[int], splits: Optional[list[str]] = None,
+                ids: Optional[list[str]] = None) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line]
-    rows = [row for row in rows if splits is None or row["split"] in splits]
+    rows = [row for row in rows if (splits is None or row["split"] in splits)
+            and (ids is None or f"{row['split']}/{row['id']}" in ids)]
     per_split: dict[str, int] = defaultdict(int)
     kept = []
     for row in rows:
@@ -181,11 +183,12 @@ def load_sample_subset(rows: list[dict[str, Any]], per_split: int) -> list[dict[
     return picked
 
 
-def print_documents(stats: dict[tuple[str, str], dict[str, Any]], splits: list[str]) -> None:
+def print_documents(stats: dict[tuple[str, str], dict[str, Any]], splits: list[str],
+                    names: tuple[str, ...] = BACKENDS) -> None:
     print("| backend | split | compiled | refused | compile p50 ms | p99 ms | valid docs accepted | "
           "invalid docs rejected | unsound |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in BACKENDS:
+    for name in names:
         total: dict[str, Any] = defaultdict(int, compile_s=[])
         for split in splits + ["all"]:
             cell = total if split == "all" else stats[(name, split)]
@@ -229,6 +232,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=2, help="valid and invalid test documents per schema")
     parser.add_argument("--masked", type=int, default=8, help="leading tokens of each document also masked")
     parser.add_argument("--splits", default=None, help="comma-separated splits (default: all)")
+    parser.add_argument("--ids", default=None, help="comma-separated split/id of the schemas to run (default: all)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, for the document table")
     parser.add_argument("--json", default=None, help="also write the document table's counts here")
     parser.add_argument("--merge", nargs="+", default=None, help="print one table from several --json files")
     args = parser.parse_args()
@@ -240,7 +245,8 @@ def main() -> None:
                     merged[tuple(key)][field] = merged[tuple(key)].get(field, [] if isinstance(value, list) else 0) + value
         print_documents(merged, [split for split in SPLITS if any(key[1] == split for key in merged)])
         return
-    rows = load_sample(args.limit, args.splits.split(",") if args.splits else None)
+    rows = load_sample(args.limit, args.splits.split(",") if args.splits else None,
+                       args.ids.split(",") if args.ids else None)
     splits = list(dict.fromkeys(row["split"] for row in rows))
     path = embedded_model_path()
     loader = registry.get("load_formats", resolve_load_format(path, "auto"))()
@@ -253,8 +259,10 @@ def main() -> None:
     backends["auto"] = BackendRouter({name: (lambda backend=backend: backend) for name, backend in backends.items()})
     print(f"{len(rows)} schemas, {len(splits)} splits, strict\n")
     if not args.no_documents:
-        stats = check_documents(backends, rows, tokenizer, vocab_size, args.reasons, args.docs, args.masked)
-        print_documents(stats, splits)
+        chosen = tuple(args.backends.split(","))
+        stats = check_documents({name: backends[name] for name in chosen}, rows, tokenizer, vocab_size, args.reasons,
+                                args.docs, args.masked)
+        print_documents(stats, splits, chosen)
         if args.json:
             Path(args.json).write_text(json.dumps([[list(key), cell] for key, cell in stats.items()]))
     if args.generate:

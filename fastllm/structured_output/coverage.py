@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterator, Literal, Optional
 Level = Literal["approximated", "ignored"]
 
 # keyword -> how its value holds subschemas: one schema, a list of them, or a name -> schema map
-_ONE = ("additionalProperties", "items", "additionalItems", "contains", "propertyNames", "not", "if",
+SUBSCHEMA = ("additionalProperties", "items", "additionalItems", "contains", "propertyNames", "not", "if",
         "then", "else", "unevaluatedProperties", "unevaluatedItems")
-_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+SCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,12 @@ def subschemas(schema: Any, pointer: str = "") -> Iterator[tuple[str, dict[str, 
     yield pointer, schema
     for keyword, value in schema.items():
         here = f"{pointer}/{_escape(keyword)}"
-        if keyword in _ONE and isinstance(value, dict):
+        if keyword in SUBSCHEMA and isinstance(value, dict):
             yield from subschemas(value, here)
-        elif keyword in _LIST and isinstance(value, list):
+        elif keyword in SCHEMA_LIST and isinstance(value, list):
             for index, item in enumerate(value):
                 yield from subschemas(item, f"{here}/{index}")
-        elif keyword in _MAP and isinstance(value, dict):
+        elif keyword in SCHEMA_MAP and isinstance(value, dict):
             for name, item in value.items():
                 yield from subschemas(item, f"{here}/{_escape(name)}")
 

@@ -16,7 +16,7 @@ from fastllm.sampling_params import GuidedDecodingParams
 from fastllm.structured_output.coverage import subschemas
 from fastllm_llguidance.specs import grammar_text
 
-_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: ([^\n]+)")
 _UNIMPLEMENTED = re.compile(r'Unimplemented keys: \[(.*?)\]')
 _MAX_DROPPED_FORMATS = 16
 

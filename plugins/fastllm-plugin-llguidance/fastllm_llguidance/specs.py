@@ -14,7 +14,7 @@ from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from fastllm.sampling_params import GuidedDecodingParams
-from fastllm.structured_output.one_of import one_of_as_any_of
+from fastllm.structured_output.rewrite import exact_schema
 
 _DATA_KEYWORDS = frozenset(("const", "enum", "default", "examples"))
 COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -26,9 +26,10 @@ def grammar_text(params: GuidedDecodingParams, drop_formats: frozenset[str] = fr
     schema's own ``x-guidance`` options cannot turn that on either. ``drop_formats``: string
     formats llguidance does not know, left out (``format`` asserts nothing by default in JSON
     Schema, so dropping it loosens nothing the schema promised). llguidance refuses every
-    ``oneOf``: one whose branches are proven disjoint is handed to it as the ``anyOf`` it equals."""
+    ``oneOf``, ``not``, ``if``, ``dependencies`` and most ``propertyNames``: each is handed to it
+    rewritten where an exact rewrite is proven (``fastllm.structured_output.rewrite``)."""
     if params.json_schema is not None or params.json_object:
-        schema = (one_of_as_any_of(_schema(params.json_schema)) if params.json_schema is not None
+        schema = (exact_schema(_schema(params.json_schema)) if params.json_schema is not None
                   else {"type": "object"})
         if drop_formats:
             schema = _without_formats(schema, drop_formats)
