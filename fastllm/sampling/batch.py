@@ -57,15 +57,19 @@ class SamplingBatch:
         params = [r.seq.sampling_params for r in rows]
         temperature = [0.0 if p.greedy else p.temperature for p in params]
         top_k = [p.top_k if p.top_k > 0 else 0 for p in params]
+        n = len(rows)
+        # Columns start 16 bytes apart at least: Triton compiles a kernel once per pointer
+        # alignment, so without the padding a new row count could cost a compile mid-serving.
+        pad = [0] * (-n % 4)
+        width = n + len(pad)
         # one copy for the four columns; float32 holds every top_k below 2**24 exactly
-        table = to_device(temperature + [p.top_p for p in params] + top_k + [p.min_p for p in params],
-                          torch.float32, device).view(4, len(rows))
+        table = to_device(temperature + pad + [p.top_p for p in params] + pad + top_k + pad
+                          + [p.min_p for p in params] + pad, torch.float32, device).view(4, width)[:, :n]
         all_greedy = all(t == 0.0 for t in temperature)
         seeded = [i for i, (p, t) in enumerate(zip(params, temperature)) if p.seed is not None and t > 0.0]
-        n = len(rows)
         randomness = None if all_greedy else to_device(
-            [r.seq.seed for r in rows] + [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows]
-            + seeded, torch.int64, device)
+            [r.seq.seed for r in rows] + pad + [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows]
+            + pad + seeded, torch.int64, device)
         return cls(
             rows=rows,
             temperature=table[0],
@@ -78,7 +82,7 @@ class SamplingBatch:
             any_min_p=any(p.min_p > 0.0 for p in params),
             any_penalties=any(p.needs_penalties for p in params),
             seeds=None if randomness is None else randomness[:n],
-            offsets=None if randomness is None else randomness[n:2 * n],
-            seeded_rows=None if randomness is None else randomness[2 * n:],
+            offsets=None if randomness is None else randomness[width:width + n],
+            seeded_rows=None if randomness is None else randomness[2 * width:],
             num_seeded=len(seeded),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fastllm.engine.grammars import GrammarMasks
@@ -76,6 +77,18 @@ def test_seeded_noise_is_exact_and_keyed_by_seed_and_position_alone():
     some = philox_exponential(torch.tensor([3, 11, 11]), torch.tensor([5, 17, 2**40 + 17]), 8)
     assert torch.equal(some[1], noise[17]) and not torch.equal(some[0], noise[5])
     assert not torch.equal(some[2], noise[17])
+
+
+def test_every_column_of_the_batch_is_aligned_for_the_kernels():
+    """The Triton sampler is compiled once per pointer alignment, so each column of every batch
+    starts 16 bytes aligned whatever the row count."""
+    for n in range(1, 8):
+        batch = _batch([SamplingParams(temperature=0.5, top_p=0.9, min_p=0.1, seed=i) for i in range(n)],
+                       outputs=[[1] * i for i in range(n)])
+        columns = [batch.temperature, batch.top_p, batch.top_k, batch.min_p, batch.seeds, batch.offsets]
+        assert all(c.data_ptr() % 16 == 0 and c.shape == (n,) for c in columns)
+        assert batch.offsets.tolist() == list(range(n)) and batch.seeds.tolist() == list(range(n))
+        assert batch.seeded_rows.tolist() == list(range(n)) and batch.top_p.tolist() == [pytest.approx(0.9)] * n
 
 
 def test_penalties_match_reference_formulas():
