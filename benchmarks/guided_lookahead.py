@@ -2,12 +2,14 @@
 with a schema whose string values are copied from it (the most copy-heavy guided workload).
 
 Each request runs on a plain engine and on a lookahead engine (same backend, the order
-alternating); greedy outputs must agree token for token. Reported: tokens per step (tokens
-after the first over the steps after the first), draft acceptance, decode tokens per second of
-each engine, and whether each output is valid against the schema.
+alternating); their outputs must agree token for token, greedy and, with ``--temperatures``
+above 0, under seeded sampling (request i's seed is ``--seed + i``). Reported per temperature:
+tokens per step (tokens after the first over the steps after the first), draft acceptance,
+decode tokens per second of each engine, and whether each output is valid against the schema.
 
     python benchmarks/guided_lookahead.py                      # embedded SmolLM2, CPU, xgrammar
-    python benchmarks/guided_lookahead.py --backend llguidance
+    python benchmarks/guided_lookahead.py --backend llguidance --temperatures 0 0.7
+    python -P benchmarks/guided_lookahead.py --model SmolLM2-135M-Instruct.Q4_1.gguf --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -40,30 +42,14 @@ def prompt(text: str) -> list[dict[str, str]]:
                                         f"\n\n{text}"}]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", default="xgrammar")
-    parser.add_argument("--num-prompts", type=int, default=6)
-    parser.add_argument("--doc-sentences", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=192)
-    parser.add_argument("--num-speculative-tokens", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-json", default=None)
-    args = parser.parse_args()
-    rng = random.Random(args.seed)
-    common = {"max_model_len": 2048, "num_gpu_blocks_override": 256, "structured_output_backend": args.backend}
-    spec = {"method": "lookahead", "num_speculative_tokens": args.num_speculative_tokens}
-    engines = {"plain": Engine(LLM(embedded_model_path(), **common)),
-               "lookahead": Engine(LLM(embedded_model_path(), speculative_config=spec, **common))}
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, guided_decoding={"json": SCHEMA})
-    for engine in engines.values():  # warm-up: the first compile and the first steps are not timed
-        engine.run(prompt(document(rng, 2)), params)
+def measure(engines: dict[str, Engine], documents: list[str], params: list[SamplingParams]) -> dict:
+    """Each document on both engines in turn; the outputs compared and the plain one validated."""
     runs: dict[str, list] = {name: [] for name in engines}
     valid = same = 0
-    for i in range(args.num_prompts):
-        outputs, text = {}, prompt(document(rng, args.doc_sentences))
+    for i, (text, request) in enumerate(zip(documents, params)):
+        outputs = {}
         for name in sorted(engines, reverse=i % 2 == 1):
-            run, outputs[name] = engines[name].run(text, params)
+            run, outputs[name] = engines[name].run(prompt(text), request)
             runs[name].append(run)
         same += outputs["plain"] == outputs["lookahead"]
         decoded = engines["plain"].llm.tokenizer.decode(outputs["plain"], skip_special_tokens=True)
@@ -73,9 +59,43 @@ def main() -> None:
         except (ValueError, jsonschema.ValidationError):
             pass
     report = {name: summarize(r) for name, r in runs.items()}
-    report["identical_outputs"] = f"{same}/{args.num_prompts}"
-    report["valid_outputs"] = f"{valid}/{args.num_prompts}"
+    report["identical_outputs"] = f"{same}/{len(documents)}"
+    report["valid_outputs"] = f"{valid}/{len(documents)}"
     report["decode_speedup"] = round(report["lookahead"]["decode_tok_s"] / report["plain"]["decode_tok_s"], 2)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M GGUF")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--backend", default="xgrammar")
+    parser.add_argument("--num-prompts", type=int, default=6)
+    parser.add_argument("--doc-sentences", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--num-speculative-tokens", type=int, default=8)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0],
+                        help="0: greedy; above 0: seeded sampling at that temperature")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-json", default=None)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    model = args.model or embedded_model_path()
+    common = {"dtype": args.dtype, "max_model_len": 2048, "num_gpu_blocks_override": 256,
+              "structured_output_backend": args.backend}
+    spec = {"method": "lookahead", "num_speculative_tokens": args.num_speculative_tokens}
+    engines = {"plain": Engine(LLM(model, **common)),
+               "lookahead": Engine(LLM(model, speculative_config=spec, **common))}
+    guided = {"max_tokens": args.max_tokens, "guided_decoding": {"json": SCHEMA}}
+    for engine in engines.values():  # warm-up: the first compile and the first steps are not timed
+        engine.run(prompt(document(rng, 2)), SamplingParams(temperature=0.0, **guided))
+    documents = [document(rng, args.doc_sentences) for _ in range(args.num_prompts)]
+    report = {}
+    for temperature in args.temperatures:
+        params = [SamplingParams(temperature=temperature, seed=None if temperature == 0 else args.seed + i, **guided)
+                  for i in range(args.num_prompts)]
+        report["greedy" if temperature == 0 else f"seeded, temperature {temperature}"] = measure(
+            engines, documents, params)
     print(json.dumps(report, indent=2))
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(report, indent=2))

@@ -129,9 +129,10 @@ def time_host(llm: LLM) -> HostTimer:
     timer.wrap(backend, "apply_bitmask", "mask")
     timer.wrap(backend, "accept_tokens", "accept")
     engine = llm.engine
-    for owner, attribute in ((engine, "_read"), (engine, "_detokenize"), (engine, "_emit"),
-                             (engine.scheduler, "schedule"), (engine.runner, "launch")):
-        timer.wrap(owner, attribute, attribute.lstrip("_"))
+    for owner, attribute, name in ((engine, "_read", "read"), (engine, "_detokenize", "detokenize"),
+                                   (engine, "_emit", "emit"), (engine.scheduler, "schedule", "schedule"),
+                                   (engine.runner, "execute_model", "launch")):
+        timer.wrap(owner, attribute, name)
     return timer
 
 
@@ -272,7 +273,7 @@ def build_llm(args: argparse.Namespace) -> LLM:
         extra["async_scheduling"] = args.async_scheduling == "true"
     return LLM(model, load_format=args.load_format, max_model_len=args.max_model_len, dtype=args.dtype,
                num_gpu_blocks_override=args.num_gpu_blocks, attention_backend=args.attention_backend,
-               max_num_seqs=max(args.num_prompts, 1), **extra)
+               max_num_seqs=max(args.num_prompts, 1), structured_output_backend="xgrammar", **extra)
 
 
 def main() -> None:

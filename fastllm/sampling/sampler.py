@@ -1,16 +1,18 @@
 """Turns processed logits into target distributions and tokens: greedy, temperature, top-k,
 top-p, min-p, per-request seeds.
 
+Every sampled row is an exponential race, ``argmax(z - log E)`` with ``E ~ Exp(1)`` per token.
 On CUDA (with fastllm-kernels) top-k / top-p rows go through the Triton sampler, which finds
-each row's cut without sorting the vocabulary; its randomness is Philox keyed by the row's
-seed and its token count. Each row's argmax and log-sum-exp (every step needs both) come from
-one pass of its kernels too. min_p rows, CPU tensors and draft verification use the torch path.
+each row's cut without sorting the vocabulary, with noise from Philox keyed by the row's seed
+and output position. Each row's argmax and log-sum-exp (every step needs both) come from one
+pass of its kernels too. min_p rows and CPU tensors use the torch path, whose seeded rows race
+the same Philox noise (``fastllm.sampling.noise``); its other rows take fresh noise. Draft
+verification samples its rows here too (``fastllm.spec_decode.verify``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from types import ModuleType
 from typing import Optional, Protocol
 
@@ -18,6 +20,7 @@ import torch
 
 from fastllm.sampling.batch import SamplingBatch
 from fastllm.sampling.logits_processors import apply_logit_edits, has_logit_edits
+from fastllm.sampling.noise import philox_exponential
 
 
 class GrammarMask(Protocol):
@@ -37,22 +40,13 @@ class Distribution:
     logits: torch.Tensor
     logsumexp: torch.Tensor
     greedy_tokens: torch.Tensor
-    batch: SamplingBatch
 
-    @cached_property
-    def probs(self) -> Optional[torch.Tensor]:
-        """The target probabilities, one-hot for greedy rows (None when every row is greedy).
 
-        Computed only when asked for: the sort behind top-k / top-p is the costly part of a
-        step's sampling, and the Triton sampler and greedy batches never need it."""
-        batch = self.batch
-        if batch.all_greedy:
-            return None
-        greedy = batch.temperature == 0.0
-        scaled = self.logits / torch.where(greedy, 1.0, batch.temperature)[:, None]
-        probs = mask_top_k_top_p_min_p(scaled, batch).softmax(dim=-1)
-        one_hot = torch.zeros_like(probs).scatter_(-1, self.greedy_tokens[:, None], 1.0)
-        return torch.where(greedy[:, None], one_hot, probs)
+def scaled_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """``z = logits * (1 / temperature)`` (as the Triton sampler computes it; greedy rows
+    unscaled), -inf outside each row's top-k / top-p / min-p set: the target is ``softmax(z)``."""
+    inverse = torch.where(batch.temperature == 0.0, 1.0, batch.temperature).reciprocal()
+    return mask_top_k_top_p_min_p(logits * inverse[:, None], batch)
 
 
 def mask_top_k_top_p_min_p(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -76,15 +70,16 @@ def mask_top_k_top_p_min_p(logits: torch.Tensor, batch: SamplingBatch) -> torch.
     return logits
 
 
-def exponential_noise(shape: torch.Size, batch: SamplingBatch, device: torch.device) -> torch.Tensor:
-    """Exp(1) noise per row; a seeded row draws only from its own generator, so its tokens
-    do not depend on the rest of the batch."""
+def race_noise(shape: torch.Size, batch: SamplingBatch, device: torch.device) -> torch.Tensor:
+    """Exp(1) noise per row and token: for a seeded row, Philox keyed by its seed and output
+    position, so its token depends on nothing else (not the batch, not whether drafts came
+    before it); fresh draws for the other rows."""
     noise = torch.empty(shape, device=device)
-    seeded = [i for i, row in enumerate(batch.rows) if row.seq.generator is not None]
-    if len(seeded) < len(batch.rows):
+    if batch.num_seeded < shape[0]:
         noise.exponential_()
-    for i in seeded:
-        noise[i].exponential_(generator=batch.rows[i].seq.generator)
+    if batch.num_seeded:
+        rows = batch.seeded_rows
+        noise[rows] = philox_exponential(batch.seeds[rows], batch.offsets[rows], shape[1])
     return noise
 
 
@@ -106,7 +101,7 @@ class Sampler:
             logsumexp, greedy_tokens = kernels.logsumexp_argmax(logits)
         else:
             logsumexp, greedy_tokens = logits.logsumexp(dim=-1), logits.argmax(dim=-1)
-        return Distribution(logits, logsumexp, greedy_tokens, batch)
+        return Distribution(logits, logsumexp, greedy_tokens)
 
     @staticmethod
     def _mask_and_edit(logits: torch.Tensor, batch: SamplingBatch, grammar: GrammarMask) -> torch.Tensor:
@@ -123,13 +118,14 @@ class Sampler:
         return torch.where(dead, logits, edited)
 
     def sample(self, dist: Distribution, batch: SamplingBatch) -> torch.Tensor:
-        """argmax(p / E), E ~ Exp(1): an exact draw from p (the argmax itself for greedy rows)."""
+        """argmax(z - log E), E ~ Exp(1): an exact draw from softmax(z) (the argmax itself for
+        greedy rows). Rows are drawn independently, draft rows too."""
         if batch.all_greedy:
             return dist.greedy_tokens
         kernels = self.kernels
         if kernels is not None and not batch.any_min_p:
             return kernels.sample_top_k_top_p(dist.logits, batch.temperature, batch.top_k, batch.top_p,
                                               batch.seeds, batch.offsets)
-        noise = exponential_noise(dist.probs.shape, batch, dist.probs.device)
-        sampled = (dist.probs / noise).argmax(dim=-1)
+        scaled = scaled_logits(dist.logits, batch)
+        sampled = (scaled - race_noise(scaled.shape, batch, scaled.device).log()).argmax(dim=-1)
         return torch.where(batch.temperature == 0.0, dist.greedy_tokens, sampled)

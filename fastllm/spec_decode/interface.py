@@ -34,8 +34,8 @@ class SpeculativeDecoder(Protocol):
     decode; where any says yes it calls ``propose`` with all of them, and the decoder sets
     ``seq.draft_token_ids``. The step runs every draft of the batch through the model in the
     same forward pass and keeps the longest run the target model agrees with
-    (``fastllm.spec_decode.verify``): greedy output is unchanged and sampled output keeps its
-    distribution, whatever the drafts. Rejected drafts cost only their slots in that pass.
+    (``fastllm.spec_decode.verify``): greedy and seeded output is unchanged and sampled output
+    keeps its distribution, whatever the drafts. Rejected drafts cost only their slots in that pass.
     ``seq.spec_state`` is free for the decoder's own state.
 
     ``speculative_config["num_speculative_tokens"]``, where given, is the most drafts a

@@ -29,7 +29,6 @@ class SequenceState:
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     seed: int
-    generator: Optional[torch.Generator] = None  # the torch sampler's, for a request with a seed
     eos_token_ids: frozenset[int] = frozenset()
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
     adapter_id: int = 0
@@ -41,11 +40,9 @@ class SequenceState:
     num_prompt_logprobs: int = 0  # prompt logprob entries already produced (kept over a preemption)
 
     @classmethod
-    def new(cls, seq: NewSequence, device: torch.device) -> "SequenceState":
-        params = seq.sampling_params
-        generator = (torch.Generator(device=device).manual_seed(seq.seed) if params.seed is not None else None)
-        return cls(seq.seq_id, seq.request_id, seq.index, list(seq.prompt_token_ids), params, seq.seed,
-                   generator, seq.eos_token_ids, seq.bad_words_token_ids, seq.adapter_id, seq.multimodal)
+    def new(cls, seq: NewSequence) -> "SequenceState":
+        return cls(seq.seq_id, seq.request_id, seq.index, list(seq.prompt_token_ids), seq.sampling_params,
+                   seq.seed, seq.eos_token_ids, seq.bad_words_token_ids, seq.adapter_id, seq.multimodal)
 
     @property
     def position_delta(self) -> int:
@@ -87,8 +84,7 @@ class ScheduledRow:
 class InputBatch:
     """Every sequence the runner holds, by ``seq_id``."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self):
         self.seqs: dict[int, SequenceState] = {}
 
     def update(self, out: SchedulerOutput) -> list[ScheduledRow]:
@@ -99,7 +95,7 @@ class InputBatch:
         for seq_id in out.finished_seq_ids:
             seqs.pop(seq_id, None)  # one aborted before it ever ran was never sent
         for new in out.new_seqs:
-            seqs[new.seq_id] = SequenceState.new(new, self.device)
+            seqs[new.seq_id] = SequenceState.new(new)
         for seq_id, block_ids in out.new_block_ids.items():
             seqs[seq_id].block_ids += block_ids
         rows = []

@@ -55,7 +55,7 @@ class ModelRunner:
         torch.manual_seed(config.seed)
         self.device, self.dtype = platform.device, dtype
         self.block_size = config.block_size
-        self.input_batch = InputBatch(self.device)
+        self.input_batch = InputBatch()
         kernels = platform.kernels()
         self.sampler = Sampler(kernels)
         architectures = getattr(hf_config, "architectures", None)
@@ -263,18 +263,16 @@ class ModelRunner:
         top_k = [row.seq.sampling_params.logprobs for row in rows]
         for item, _ in owners:
             item.seq.num_pending_tokens += 1
+        tokens = self.sampler.sample(dist, batch)
         if not any(item.num_draft_tokens for item, _ in owners):
-            tokens = self.sampler.sample(dist, batch)
             self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
             return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners],
                                tokens, dist.logits, dist.logsumexp, top_k)
         self.last_sampled = None
-        verified = verify_drafts(dist.probs, dist.greedy_tokens, [
-            DraftGroup(start, item.draft_token_ids, item.seq.sampling_params.greedy, item.seq.generator)
-            for item, start in owners])
+        num_accepted = verify_drafts(tokens, [DraftGroup(start, item.draft_token_ids) for item, start in owners])
         return PendingStep(queued.results, [SampledRows(item.seq, start, group)
                                             for group, (item, start) in enumerate(owners)],
-                           verified.tokens, dist.logits, dist.logsumexp, top_k, verified.num_accepted)
+                           tokens, dist.logits, dist.logsumexp, top_k, num_accepted)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
                          results: dict[int, SequenceResult]) -> None:

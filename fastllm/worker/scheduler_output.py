@@ -25,7 +25,7 @@ class NewSequence:
     index: int  # which of the request's ``n`` samples
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
-    seed: int  # the Triton sampler's Philox key; with ``sampling_params.seed`` also the torch generator's
+    seed: int  # the sampler's Philox key
     eos_token_ids: frozenset[int] = frozenset()
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
     adapter_id: int = 0
@@ -36,7 +36,7 @@ class NewSequence:
 class SchedulerOutput:
     """The step's sequences in the scheduler's order, with parallel lists of their counts.
 
-    A preempted sequence keeps its runner state (tokens, generator); the step that resumes it
+    A preempted sequence keeps its runner state (tokens); the step that resumes it
     lists it in ``resumed_seq_ids``, and its ``new_block_ids`` are then its whole new table (so
     a step lost to an error leaves no stale table behind). Finished sequences are forgotten.
     Sampled tokens are not sent: the runner learns them when their step is read.

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pickle
 import random
 
-import torch
-
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.scheduler import Scheduler
 from fastllm.engine.sequence import Sequence
@@ -57,7 +55,7 @@ def test_the_runner_view_follows_the_scheduler_through_preemptions_and_finishes(
                      frozenset(), 4096) for i in range(10)]
     for seq in seqs:
         scheduler.add(seq)
-    batch = InputBatch(torch.device("cpu"))
+    batch = InputBatch()
     assert _check_runner_view(scheduler, batch, 80, rng) > 0
     assert all(seq.is_finished for seq in seqs)
     scheduler.add(Sequence("last", 0, [5, 6, 7], SamplingParams(), frozenset(), 4096))

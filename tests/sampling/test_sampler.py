@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fastllm.engine.grammars import GrammarMasks
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
 from fastllm.sampling.logits_processors import apply_logit_edits
-from fastllm.sampling.sampler import Sampler, mask_top_k_top_p_min_p
+from fastllm.sampling.noise import philox_exponential
+from fastllm.sampling.sampler import Sampler, mask_top_k_top_p_min_p, scaled_logits
 from fastllm.sampling_params import SamplingParams
 from fastllm.worker.input_batch import SequenceState
 
@@ -16,7 +18,8 @@ def _batch(params: list[SamplingParams], outputs: list[list[int]] | None = None,
     rows = []
     for i, p in enumerate(params):
         out = (outputs or [[]] * len(params))[i]
-        seq = SequenceState(i, "r", 0, list(prompt), p, 0, eos_token_ids=frozenset({0}), output_token_ids=list(out))
+        seed = 0 if p.seed is None else p.seed
+        seq = SequenceState(i, "r", 0, list(prompt), p, seed, eos_token_ids=frozenset({0}), output_token_ids=list(out))
         rows.append(SamplingRow(seq, list(out)))
     return SamplingBatch.build(rows, torch.device("cpu"))
 
@@ -52,12 +55,40 @@ def test_seeded_rows_do_not_depend_on_the_batch():
     sampler = Sampler()
     logits = torch.randn(3, 50)
     alone = _batch([SamplingParams(temperature=1.0, seed=7)])
-    alone.rows[0].seq.generator = torch.Generator().manual_seed(7)
     mixed = _batch([SamplingParams(temperature=1.0), SamplingParams(temperature=1.0, seed=7), SamplingParams()])
-    mixed.rows[1].seq.generator = torch.Generator().manual_seed(7)
     a = sampler.sample(sampler.distribution(logits[1:2].clone(), alone), alone)
     b = sampler.sample(sampler.distribution(logits.clone(), mixed), mixed)
     assert a.item() == b[1].item()
+
+
+def test_seeded_noise_is_exact_and_keyed_by_seed_and_position_alone():
+    """The exponential race with a seeded row's noise, over many output positions, draws the
+    target distribution; the same (seed, position) gives the same noise in any batch."""
+    torch.manual_seed(2)
+    logits = torch.randn(1, 8) * 2
+    params = SamplingParams(temperature=0.8, top_k=6, seed=11)
+    target = scaled_logits(logits, _batch([params]))[0].softmax(-1)
+    draws = 20000
+    noise = philox_exponential(torch.full((draws,), 11), torch.arange(draws), 8)
+    tokens = (scaled_logits(logits, _batch([params]))[0] - noise.log()).argmax(dim=-1)
+    empirical = torch.bincount(tokens, minlength=8).double() / draws
+    assert 0.5 * (empirical - target).abs().sum().item() < target.sqrt().sum().item() / draws ** 0.5
+    assert empirical[target == 0].sum() == 0
+    some = philox_exponential(torch.tensor([3, 11, 11]), torch.tensor([5, 17, 2**40 + 17]), 8)
+    assert torch.equal(some[1], noise[17]) and not torch.equal(some[0], noise[5])
+    assert not torch.equal(some[2], noise[17])
+
+
+def test_every_column_of_the_batch_is_aligned_for_the_kernels():
+    """The Triton sampler is compiled once per pointer alignment, so each column of every batch
+    starts 16 bytes aligned whatever the row count."""
+    for n in range(1, 8):
+        batch = _batch([SamplingParams(temperature=0.5, top_p=0.9, min_p=0.1, seed=i) for i in range(n)],
+                       outputs=[[1] * i for i in range(n)])
+        columns = [batch.temperature, batch.top_p, batch.top_k, batch.min_p, batch.seeds, batch.offsets]
+        assert all(c.data_ptr() % 16 == 0 and c.shape == (n,) for c in columns)
+        assert batch.offsets.tolist() == list(range(n)) and batch.seeds.tolist() == list(range(n))
+        assert batch.seeded_rows.tolist() == list(range(n)) and batch.top_p.tolist() == [pytest.approx(0.9)] * n
 
 
 def test_penalties_match_reference_formulas():
@@ -102,7 +133,7 @@ def test_triton_sampler_path_draws_the_torch_target_distribution():
     batch = SamplingBatch.build(batch.rows, device)
     sampler = Sampler(fastllm_kernels)
     dist = sampler.distribution(logits.repeat(draws + 1, 1), batch)
-    target = dist.probs[0]  # the torch path's distribution (not used by the Triton draw)
+    target = scaled_logits(dist.logits, batch)[0].softmax(-1)  # the torch path's distribution
     tokens = sampler.sample(dist, batch)
     assert tokens[-1].item() == logits.argmax().item()
     counts = torch.bincount(tokens[:-1], minlength=32).double()
@@ -118,6 +149,26 @@ def test_triton_sampler_path_draws_the_torch_target_distribution():
     later = SamplingBatch.build(later.rows, device)
     moved = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), later), later)
     assert not torch.equal(moved, tokens)  # the next token count is a fresh draw
+
+
+def test_seeded_rows_draw_the_same_tokens_on_the_torch_and_triton_paths():
+    """Both paths race Philox noise keyed by the seed and the output position, so a seeded row's
+    token does not depend on which one drew it (a min_p row elsewhere sends a whole CUDA batch
+    down the torch path)."""
+    import fastllm_kernels
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(3)
+    rows = 24
+    logits = (torch.randn(rows, 64) * 2).to(device)
+    params = [SamplingParams(temperature=0.5 + 0.05 * i, top_k=(0, 5, 20)[i % 3], top_p=(1.0, 0.9)[i % 2],
+                             seed=1000 + i) for i in range(rows)]
+    batch = _batch(params, outputs=[[1] * (i % 5) for i in range(rows)])
+    batch = SamplingBatch.build(batch.rows, device)
+    drawn = [sampler.sample(sampler.distribution(logits.clone(), batch), batch)
+             for sampler in (Sampler(), Sampler(fastllm_kernels))]
+    assert torch.equal(drawn[0], drawn[1])
+    assert len(set(drawn[0].tolist())) > 5
 
 
 class _AllowList:

@@ -1,8 +1,7 @@
 """Lookahead drafts on guided requests: each draft is checked against the request's grammar, each
 draft row is masked by the grammar after the drafts before it, so the output is the same token
-for token as without drafts (greedy, xgrammar and llguidance), and a request
-that copies from its prompt takes several tokens a step. (Seeded sampling is not identical yet:
-verification draws its randomness differently from a step without drafts.)"""
+for token as without drafts (greedy and seeded sampling, xgrammar and llguidance), and a request
+that copies from its prompt takes several tokens a step."""
 
 from __future__ import annotations
 
@@ -44,6 +43,16 @@ def test_greedy_output_is_the_same_with_drafts(engines):
     assert len(lookahead.outputs.token_ids) / lookahead.metrics.num_spec_steps > 1.5
     if plain.outputs.finish_reason == "stop":
         jsonschema.validate(json.loads(plain.outputs.text), SCHEMA)
+
+
+def test_seeded_sampling_is_the_same_with_drafts(engines):
+    params = [SamplingParams(seed=seed, max_tokens=48, guided_decoding={"json": SCHEMA}, **settings)
+              for seed, settings in ((2, {"temperature": 1.0, "top_p": 0.9}), (3, {"temperature": 0.5, "top_k": 10}))]
+    plain, lookahead = (llm.generate([PROMPT] * len(params), params, use_tqdm=False) for llm in engines)
+    for p, la in zip(plain, lookahead):
+        assert la.outputs.token_ids == p.outputs.token_ids
+    assert sum(o.metrics.num_accepted_tokens for o in lookahead) > 0
+    assert len({tuple(o.outputs.token_ids) for o in plain}) > 1
 
 
 @pytest.mark.parametrize("name", ["xgrammar", "llguidance"])

@@ -1,6 +1,6 @@
 """Sampled requests keep their distribution through the whole engine: a tiny random model
 samples thousands of short continuations with and without lookahead (drafts forced on every
-step), and a two-sample chi-square test compares the sequences."""
+step), and a two-sample chi-square test compares the sequences; seeded ones are the same."""
 
 from __future__ import annotations
 
@@ -52,24 +52,41 @@ def tiny_model(tmp_path_factory) -> str:
     return str(folder)
 
 
-def sample(model: str, speculative_config, params: SamplingParams) -> tuple[Counter, int]:
+SPEC = {"method": "lookahead", "num_speculative_tokens": 2, "min_chain_prob": 1e-9,
+        "max_batch_draft_tokens": 4 * NUM_SAMPLES}
+
+
+def generate(model: str, speculative_config, params) -> list:
     llm = LLM(model, load_format="dummy", max_model_len=256, num_gpu_blocks_override=512, block_size=16,
               max_num_seqs=512, speculative_config=speculative_config)
-    outputs = llm.generate([PROMPT] * NUM_SAMPLES, params, use_tqdm=False)
+    return llm.generate([PROMPT] * NUM_SAMPLES, params, use_tqdm=False)
+
+
+def sample(model: str, speculative_config, params: SamplingParams) -> tuple[Counter, int]:
+    outputs = generate(model, speculative_config, params)
     accepted = sum(o.metrics.num_accepted_tokens for o in outputs)
     return Counter(tuple(o.outputs.token_ids) for o in outputs), accepted
 
 
 # Dummy weights give logits of a few hundredths; a low temperature sharpens them so that drafts
-# hold often enough for both branches of verification (accept; reject, then draw the residual).
+# hold often enough for both outcomes of verification (accept; reject and keep the row's own token).
 @pytest.mark.parametrize("params", [
     SamplingParams(temperature=0.02, max_tokens=LENGTH, ignore_eos=True),
     SamplingParams(temperature=0.015, top_k=5, top_p=0.9, max_tokens=LENGTH, ignore_eos=True),
 ], ids=["temperature", "top-k-top-p"])
 def test_sampled_sequences_keep_their_distribution(tiny_model, params):
-    spec = {"method": "lookahead", "num_speculative_tokens": 2, "min_chain_prob": 1e-9,
-            "max_batch_draft_tokens": 4 * NUM_SAMPLES}
     plain, _ = sample(tiny_model, None, params)
-    lookahead, accepted = sample(tiny_model, spec, params)
+    lookahead, accepted = sample(tiny_model, SPEC, params)
     assert accepted > NUM_SAMPLES // 10, "too few drafts held for the test to say anything"
     assert two_sample_p_value(plain, lookahead) > 1e-3
+
+
+def test_seeded_sequences_are_the_same_with_drafts(tiny_model):
+    variants = [{"temperature": 0.02}, {"temperature": 0.015, "top_k": 5, "top_p": 0.9},
+                {"temperature": 0.03, "min_p": 0.2}]
+    params = [SamplingParams(seed=i, max_tokens=LENGTH, ignore_eos=True, **variants[i % len(variants)])
+              for i in range(NUM_SAMPLES)]
+    plain, lookahead = generate(tiny_model, None, params), generate(tiny_model, SPEC, params)
+    assert sum(o.metrics.num_accepted_tokens for o in lookahead) > NUM_SAMPLES // 10
+    assert [o.outputs.token_ids for o in lookahead] == [o.outputs.token_ids for o in plain]
+    assert len({tuple(o.outputs.token_ids) for o in plain}) > 20
