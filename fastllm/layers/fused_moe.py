@@ -222,43 +222,18 @@ class FusedMoE(nn.Module):
             self._load_expert(param, loaded, *shard_id)
 
     def _load_expert(self, param: nn.Parameter, loaded: torch.Tensor, expert: int, proj: str) -> None:
-        """One expert's tensor into its slice of ``param``: weights, or a quantized format's codes,
-        scales and zeros (whose rows, and columns of ``down``, shard as the weights' do)."""
         if expert not in self.expert_ids:
             return
         target = param.data[expert - self.expert_ids[0]]
+        shard = self.w2.shape[2]
         if proj == "down":
-            columns = target.shape[-1]
-            target.copy_(loaded if target.dim() == 1 else loaded.narrow(-1, self.slice_rank * columns, columns))
+            target.copy_(loaded.narrow(1, self.slice_rank * shard, shard))
         else:
-            rows = target.shape[0] // 2
-            target.narrow(0, 0 if proj == "gate" else rows, rows).copy_(loaded.narrow(0, self.slice_rank * rows, rows))
-
-    def set_expert_tensor(self, name: str, tensor: torch.Tensor) -> None:
-        """Replace ``w13``/``w2`` or set a quantized format's ``*_scale``/``*_zero``/``book``: a
-        frozen parameter that (but the book) loads its experts' checkpoint tensors."""
-        param = nn.Parameter(tensor, requires_grad=False)
-        if name != "book":
-            param.weight_loader = self.weight_loader
-        setattr(self, name, param)
-
-    def checkpoint_tensors(self, prefix: str, name: str) -> dict[str, torch.Tensor]:
-        """HF per-expert tensors of parameter ``name`` (the inverse of ``weight_loader``, for one
-        process): ``{prefix}.experts.{e}.gate_proj.weight``, ``..._scale`` -> ``.weight_scale``,
-        ``..._zero`` -> ``.weight_zero``. A 4-bit format's code ``book`` is that format's constant."""
-        if name == "book":
-            return {}
-        param, _, kind = name.partition("_")
-        leaf = f"weight_{kind}" if kind else "weight"
-        tensors: dict[str, torch.Tensor] = {}
-        for index, expert in enumerate(self.expert_ids):
-            rows = getattr(self, name).data[index]
-            parts = zip(("gate_proj", "up_proj"), rows.chunk(2, dim=0)) if param == "w13" else [("down_proj", rows)]
-            tensors.update({f"{prefix}.experts.{expert}.{proj}.{leaf}": part for proj, part in parts})
-        return tensors
+            offset = 0 if proj == "gate" else shard
+            target.narrow(0, offset, shard).copy_(loaded.narrow(0, self.slice_rank * shard, shard))
 
 
-_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight(_scale|_zero)?$")
+_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")
 _PROJECTIONS = {"gate_proj": ("w13", "gate"), "w1": ("w13", "gate"), "up_proj": ("w13", "up"),
                 "w3": ("w13", "up"), "down_proj": ("w2", "down"), "w2": ("w2", "down")}
 _STACKED = {".experts.gate_up_proj": ("w13", "gate_up"), ".experts.down_proj": ("w2", "down")}
@@ -268,13 +243,12 @@ def expert_checkpoint_target(name: str) -> Optional[tuple[str, object]]:
     """The ``FusedMoE`` parameter and shard id of an HF expert tensor, or None for other tensors.
 
     ``model.layers.1.mlp.experts.7.up_proj.weight`` -> ``(model.layers.1.mlp.w13, (7, "up"))``;
-    Mixtral's ``w1``/``w3``/``w2`` and transformers 5's stacked ``experts.gate_up_proj`` too; a
-    quantized checkpoint's ``.weight_scale`` / ``.weight_zero`` go to ``w13_scale`` / ``w13_zero``.
+    Mixtral's ``w1``/``w3``/``w2`` and transformers 5's stacked ``experts.gate_up_proj`` too.
     """
     match = _PER_EXPERT.search(name)
     if match:
         param, proj = _PROJECTIONS[match[2]]
-        return f"{name[:match.start()]}.{param}{match[3] or ''}", (int(match[1]), proj)
+        return f"{name[:match.start()]}.{param}", (int(match[1]), proj)
     for suffix, (param, shard_id) in _STACKED.items():
         if name.endswith(suffix):
             return f"{name[:-len(suffix)]}.{param}", shard_id

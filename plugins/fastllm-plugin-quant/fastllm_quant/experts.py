@@ -27,33 +27,20 @@ def quantize_four_bit_experts(model: nn.Module, quantize_rows: RowQuantizer, gro
                               book: Optional[tuple[float, ...]] = None) -> None:
     """Every ``FusedMoE`` of ``model`` in place: ``quantize_rows`` returns zeros (int4) unless a
     code ``book`` (nf4) gives the values."""
-    for moe in _moe_layers(model, book):
+    for moe in model.modules():
+        if not isinstance(moe, FusedMoE):
+            continue
         for name in ("w13", "w2"):
             weight = getattr(moe, name).data
             experts, rows, cols = weight.shape
             codes, scales, *zeros = quantize_rows(weight.reshape(experts * rows, cols), group_size_for(cols, group_size))
-            moe.set_expert_tensor(name, pack_int4(codes).view(experts, rows, cols // 2))
-            moe.set_expert_tensor(f"{name}_scale", scales.float().view(experts, rows, -1))
+            setattr(moe, name, _frozen(pack_int4(codes).view(experts, rows, cols // 2)))
+            setattr(moe, f"{name}_scale", _frozen(scales.float().view(experts, rows, -1)))
             if book is None:
-                moe.set_expert_tensor(f"{name}_zero", zeros[0].float().view(experts, rows, -1))
+                setattr(moe, f"{name}_zero", _frozen(zeros[0].float().view(experts, rows, -1)))
+        if book is not None:
+            moe.book = _frozen(torch.tensor(book, dtype=torch.float32, device=moe.w13.device))
 
 
-def empty_four_bit_experts(model: nn.Module, group_size: int, book: Optional[tuple[float, ...]] = None) -> None:
-    """``quantize_four_bit_experts``'s layout, unfilled: what a saved model's experts load into."""
-    for moe in _moe_layers(model, book):
-        for name in ("w13", "w2"):
-            experts, rows, cols = getattr(moe, name).shape
-            device = getattr(moe, name).device
-            moe.set_expert_tensor(name, torch.empty(experts, rows, cols // 2, dtype=torch.uint8, device=device))
-            groups = (experts, rows, cols // group_size_for(cols, group_size))
-            moe.set_expert_tensor(f"{name}_scale", torch.empty(groups, device=device))
-            if book is None:
-                moe.set_expert_tensor(f"{name}_zero", torch.empty(groups, device=device))
-
-
-def _moe_layers(model: nn.Module, book: Optional[tuple[float, ...]]) -> list[FusedMoE]:
-    """The model's ``FusedMoE`` layers, each given the format's code ``book`` (nf4) first."""
-    layers = [module for module in model.modules() if isinstance(module, FusedMoE)]
-    for moe in layers if book is not None else []:
-        moe.set_expert_tensor("book", torch.tensor(book, dtype=torch.float32, device=moe.w13.device))
-    return layers
+def _frozen(tensor: torch.Tensor) -> nn.Parameter:
+    return nn.Parameter(tensor, requires_grad=False)

@@ -63,16 +63,8 @@ def quantize_fp8_experts(moe: FusedMoE) -> None:
         weight = getattr(moe, name).data
         experts, rows, cols = weight.shape
         codes, scale = quantize_fp8_weight(weight.reshape(experts * rows, cols))
-        moe.set_expert_tensor(name, codes.view(experts, rows, cols))
-        moe.set_expert_tensor(f"{name}_scale", scale.view(experts, rows))
-
-
-def empty_fp8_experts(moe: FusedMoE) -> None:
-    """``quantize_fp8_experts``'s layout, unfilled: what a saved fp8 model's experts load into."""
-    for name in ("w13", "w2"):
-        weight = getattr(moe, name)
-        moe.set_expert_tensor(name, torch.empty(weight.shape, dtype=FP8, device=weight.device))
-        moe.set_expert_tensor(f"{name}_scale", torch.empty(weight.shape[:2], device=weight.device))
+        setattr(moe, name, nn.Parameter(codes.view(experts, rows, cols), requires_grad=False))
+        setattr(moe, f"{name}_scale", nn.Parameter(scale.view(experts, rows), requires_grad=False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,13 +106,6 @@ class Fp8Linear(QuantizedLinear):
 
 class Fp8Quantizer(Quantizer):
     name = "fp8"
-
-    def prepare_model(self, model: nn.Module) -> None:
-        super().prepare_model(model)
-        if self.prequantized:
-            for module in model.modules():
-                if isinstance(module, FusedMoE):
-                    empty_fp8_experts(module)
 
     def quantize_model(self, model: nn.Module, calibrate: Calibration | None = None) -> None:
         """Every linear layer, then (quantizing online) the routed experts of each MoE layer."""
