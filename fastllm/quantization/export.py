@@ -48,7 +48,8 @@ def checkpoint_tensors(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.
             shard_name = fused if shard_id is None else hf_names[(fused, shard_id)]
             part = param.data if layout == "input" else param.data.narrow(0, offset, size)
             tensors[f"{parent}.{shard_name}.{leaf}"] = part
-    return {name: (t.to(dtype) if t.dtype in FLOAT_DTYPES else t).detach().cpu().clone()
+    layout = getattr(model, "to_checkpoint_layout", lambda name, tensor: tensor)  # rows a model reordered on load
+    return {name: layout(name, t.to(dtype) if t.dtype in FLOAT_DTYPES else t).detach().cpu().clone()
             for name, t in tensors.items()}
 
 

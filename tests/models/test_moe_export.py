@@ -25,7 +25,7 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 def _greedy(llm: LLM) -> list[int]:
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
-    return llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0].token_ids
+    return llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs.token_ids
 
 
 @pytest.mark.parametrize("model_type, method", [("qwen3_moe", "fp8"), ("ernie4_5_moe", "fp8"),
