@@ -16,7 +16,8 @@ from fastllm.registry import registry
 from tests.models.test_moe_quantization import PROMPT
 from tests.models.tiny_checkpoints import save_tiny_checkpoint
 
-EXPERT_LEAVES = {"fp8": ("weight", "weight_scale"), "weight_only_int4": ("weight", "weight_scale", "weight_zero")}
+EXPERT_LEAVES = {"fp8": ("weight", "weight_scale"), "weight_only_int4": ("weight", "weight_scale", "weight_zero"),
+                 "nf4": ("weight", "weight_scale")}
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -29,7 +30,7 @@ def _greedy(llm: LLM) -> list[int]:
 
 
 @pytest.mark.parametrize("model_type, method", [("qwen3_moe", "fp8"), ("ernie4_5_moe", "fp8"),
-                                                ("qwen3_moe", "weight_only_int4")])
+                                                ("qwen3_moe", "weight_only_int4"), ("qwen3_moe", "nf4")])
 def test_quantized_moe_round_trip(tmp_path, model_type, method):
     folder, _ = save_tiny_checkpoint(model_type, tmp_path / "float")
     online = LLM(folder, dtype="float32", quantization=method, num_gpu_blocks_override=16)
@@ -48,7 +49,7 @@ def test_quantized_moe_round_trip(tmp_path, model_type, method):
     loaded = LLM(out, dtype="float32", num_gpu_blocks_override=16)
     written, read = engine_model(online).model.layers[layer].mlp, engine_model(loaded).model.layers[layer].mlp
     assert isinstance(read, FusedMoE)
-    for name in ("w13", "w2", "w13_scale", "w2_scale", "w13_zero", "w2_zero"):
+    for name in ("w13", "w2", "w13_scale", "w2_scale", "w13_zero", "w2_zero", "book"):
         expected = getattr(written, name)
         assert (expected is None) == (getattr(read, name) is None)
         if expected is not None:
