@@ -222,18 +222,43 @@ class FusedMoE(nn.Module):
             self._load_expert(param, loaded, *shard_id)
 
     def _load_expert(self, param: nn.Parameter, loaded: torch.Tensor, expert: int, proj: str) -> None:
+        # the slice widths come from the target: weights, packed 4-bit codes and group scales alike
         if expert not in self.expert_ids:
             return
         target = param.data[expert - self.expert_ids[0]]
-        shard = self.w2.shape[2]
-        if proj == "down":
-            target.copy_(loaded.narrow(1, self.slice_rank * shard, shard))
+        if proj == "down":  # sliced by input columns; a per-output-channel scale is whole on every rank
+            width = target.shape[1] if target.dim() > 1 else 0
+            target.copy_(loaded.narrow(1, self.slice_rank * width, width) if width else loaded)
         else:
-            offset = 0 if proj == "gate" else shard
-            target.narrow(0, offset, shard).copy_(loaded.narrow(0, self.slice_rank * shard, shard))
+            rows = target.shape[0] // 2
+            offset = 0 if proj == "gate" else rows
+            target.narrow(0, offset, rows).copy_(loaded.narrow(0, self.slice_rank * rows, rows))
+
+    def expect_checkpoint_tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """Make ``name`` (``w13``, ``w2`` or their ``_scale`` / ``_zero``) an empty parameter that
+        this layer's loader fills: a quantizer's expert format, read from a pre-quantized checkpoint."""
+        param = nn.Parameter(torch.empty(shape, dtype=dtype, device=self.w13.device), requires_grad=False)
+        param.weight_loader = self.weight_loader
+        setattr(self, name, param)
+
+    def checkpoint_tensors(self, prefix: str, leaf: str) -> dict[str, torch.Tensor]:
+        """Parameter ``leaf`` under HF names, the loader's inverse (one process): ``w13`` ->
+        ``{prefix}.experts.{e}.gate_proj.weight`` and ``up_proj``, ``w2`` -> ``down_proj``; a
+        quantized format's ``w13_scale`` / ``w13_zero`` -> ``...gate_proj.weight_scale`` / ``weight_zero``."""
+        stacked, _, kind = leaf.partition("_")
+        tensor = getattr(self, leaf).data
+        if stacked not in ("w13", "w2"):
+            return {f"{prefix}.{leaf}": tensor}
+        suffix = f"weight_{kind}" if kind else "weight"
+        tensors = {}
+        for expert, weights in zip(self.expert_ids, tensor):
+            parts = {"down_proj": weights} if stacked == "w2" else dict(zip(("gate_proj", "up_proj"),
+                                                                           weights.chunk(2, dim=0)))
+            tensors.update({f"{prefix}.experts.{expert}.{proj}.{suffix}": part for proj, part in parts.items()})
+        return tensors
 
 
-_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")
+_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight(_scale|_zero)?$")
 _PROJECTIONS = {"gate_proj": ("w13", "gate"), "w1": ("w13", "gate"), "up_proj": ("w13", "up"),
                 "w3": ("w13", "up"), "down_proj": ("w2", "down"), "w2": ("w2", "down")}
 _STACKED = {".experts.gate_up_proj": ("w13", "gate_up"), ".experts.down_proj": ("w2", "down")}
@@ -243,12 +268,13 @@ def expert_checkpoint_target(name: str) -> Optional[tuple[str, object]]:
     """The ``FusedMoE`` parameter and shard id of an HF expert tensor, or None for other tensors.
 
     ``model.layers.1.mlp.experts.7.up_proj.weight`` -> ``(model.layers.1.mlp.w13, (7, "up"))``;
-    Mixtral's ``w1``/``w3``/``w2`` and transformers 5's stacked ``experts.gate_up_proj`` too.
+    Mixtral's ``w1``/``w3``/``w2``, transformers 5's stacked ``experts.gate_up_proj``, and quantized
+    experts' ``weight_scale`` / ``weight_zero`` (``...up_proj.weight_scale`` -> ``mlp.w13_scale``) too.
     """
     match = _PER_EXPERT.search(name)
     if match:
         param, proj = _PROJECTIONS[match[2]]
-        return f"{name[:match.start()]}.{param}", (int(match[1]), proj)
+        return f"{name[:match.start()]}.{param}{match[3] or ''}", (int(match[1]), proj)
     for suffix, (param, shard_id) in _STACKED.items():
         if name.endswith(suffix):
             return f"{name[:-len(suffix)]}.{param}", shard_id

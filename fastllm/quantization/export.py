@@ -2,7 +2,8 @@
 
 Tensors keep HF names: fused layers (``qkv_proj``, ``gate_up_proj``) are split back into the
 checkpoint shards they were loaded from, through the model's ``stacked_params`` and each
-layer's ``shard_slices``, so the saved tensors go through the same loaders as any checkpoint.
+layer's ``shard_slices``, and MoE layers' stacked experts into one tensor per expert and
+projection, so the saved tensors go through the same loaders as any checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn as nn
 from safetensors.torch import save_file
 
 from fastllm.distributed.parallel_state import tp_size
+from fastllm.layers.fused_moe import FusedMoE
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization.interface import Quantizer
 from fastllm.quantization.linear import QuantizedLinear
@@ -33,6 +35,9 @@ def checkpoint_tensors(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.
     for name, param in model.named_parameters():
         owner_name, _, leaf = name.rpartition(".")
         owner = modules[owner_name]
+        if isinstance(owner, FusedMoE):  # stacked experts: one HF tensor per expert and projection
+            tensors.update(owner.checkpoint_tensors(owner_name, leaf))
+            continue
         if not isinstance(owner, (LinearBase, QuantizedLinear)):
             tensors[name] = param.data
             continue
@@ -43,7 +48,8 @@ def checkpoint_tensors(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.
             shard_name = fused if shard_id is None else hf_names[(fused, shard_id)]
             part = param.data if layout == "input" else param.data.narrow(0, offset, size)
             tensors[f"{parent}.{shard_name}.{leaf}"] = part
-    return {name: (t.to(dtype) if t.dtype in FLOAT_DTYPES else t).detach().cpu().clone()
+    layout = getattr(model, "to_checkpoint_layout", lambda name, tensor: tensor)  # rows a model reordered on load
+    return {name: layout(name, t.to(dtype) if t.dtype in FLOAT_DTYPES else t).detach().cpu().clone()
             for name, t in tensors.items()}
 
 

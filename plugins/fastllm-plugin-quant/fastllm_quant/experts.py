@@ -44,3 +44,20 @@ def quantize_four_bit_experts(model: nn.Module, quantize_rows: RowQuantizer, gro
 
 def _frozen(tensor: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(tensor, requires_grad=False)
+
+
+def expect_four_bit_experts(model: nn.Module, group_size: int, book: Optional[tuple[float, ...]] = None) -> None:
+    """Every ``FusedMoE`` of ``model`` ready to load 4-bit experts from a pre-quantized checkpoint:
+    the layout ``quantize_four_bit_experts`` leaves (codes, scales, and zeros or the code ``book``)."""
+    for moe in model.modules():
+        if not isinstance(moe, FusedMoE):
+            continue
+        for name in ("w13", "w2"):
+            experts, rows, cols = getattr(moe, name).shape
+            groups = cols // group_size_for(cols, group_size)
+            moe.expect_checkpoint_tensor(name, (experts, rows, cols // 2), torch.uint8)
+            moe.expect_checkpoint_tensor(f"{name}_scale", (experts, rows, groups), torch.float32)
+            if book is None:
+                moe.expect_checkpoint_tensor(f"{name}_zero", (experts, rows, groups), torch.float32)
+        if book is not None:
+            moe.book = _frozen(torch.tensor(book, dtype=torch.float32, device=moe.w13.device))

@@ -107,6 +107,17 @@ class Fp8Linear(QuantizedLinear):
 class Fp8Quantizer(Quantizer):
     name = "fp8"
 
+    def prepare_model(self, model: nn.Module) -> None:
+        """Pre-quantized checkpoints: the routed experts load e4m3 codes and their scales too."""
+        super().prepare_model(model)
+        if self.prequantized:
+            for moe in model.modules():
+                if isinstance(moe, FusedMoE):
+                    for name in ("w13", "w2"):
+                        experts, rows, cols = getattr(moe, name).shape
+                        moe.expect_checkpoint_tensor(name, (experts, rows, cols), FP8)
+                        moe.expect_checkpoint_tensor(f"{name}_scale", (experts, rows), torch.float32)
+
     def quantize_model(self, model: nn.Module, calibrate: Calibration | None = None) -> None:
         """Every linear layer, then (quantizing online) the routed experts of each MoE layer."""
         super().quantize_model(model, calibrate)

@@ -19,7 +19,7 @@ from fastllm.layers.linear import LinearBase
 from fastllm.quantization import Calibration, LinearSpec, QuantizedLinear
 
 from fastllm_quant.common import group_size_for, option
-from fastllm_quant.experts import quantize_four_bit_experts
+from fastllm_quant.experts import expect_four_bit_experts, quantize_four_bit_experts
 from fastllm_quant.loudness import InputAwareQuantizer, per_group
 from fastllm_quant.scale_search import by_row_slices, fit_scale
 
@@ -88,6 +88,11 @@ class Nf4Quantizer(InputAwareQuantizer):
     def __init__(self, checkpoint_config: Optional[dict[str, Any]] = None, **options: Any):
         super().__init__(checkpoint_config, **options)
         self.block_size = option(self, "block_size", DEFAULT_BLOCK_SIZE)
+
+    def prepare_model(self, model: nn.Module) -> None:
+        super().prepare_model(model)
+        if self.prequantized:
+            expect_four_bit_experts(model, self.block_size, NF4_CODES)
 
     def quantize_model(self, model: nn.Module, calibrate: Optional[Calibration] = None) -> None:
         """Every linear layer, then (quantizing online) the routed experts of each MoE layer."""
