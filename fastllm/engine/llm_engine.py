@@ -13,6 +13,7 @@ from fastllm import registry
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import new_detokenizer
+from fastllm.engine.gc_heap import freeze_startup_heap, thaw_heap
 from fastllm.engine.grammars import GrammarMasks, advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
@@ -75,6 +76,7 @@ def load_model_files(config: EngineConfig) -> tuple[str, Any, Any, Any]:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
+        thaw_heap()  # another engine in this process: an earlier one, if dropped, must be collectable
         self.config = config
         self.platform = select_platform(config.platform)
         self.load_format, loader, self.hf_config, self.tokenizer = load_model_files(config)
@@ -111,6 +113,7 @@ class LLMEngine:
         self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
         self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
                                      if config.reasoning_parser else None)
+        freeze_startup_heap()
 
     # ---- construction helpers ------------------------------------------------------------------
     def _num_kv_blocks(self) -> int:
@@ -275,6 +278,11 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
+
+    def shutdown(self) -> None:
+        """Stop the runner's workers, if any, and let the collector reclaim the engine once dropped."""
+        self.runner.shutdown()
+        thaw_heap()
 
     def stats(self) -> EngineStats:
         """The scheduler's, the KV cache's and the speculator's counts, for metrics."""
