@@ -13,7 +13,6 @@ from fastllm import registry
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
 from fastllm.engine.detokenizer import new_detokenizer
-from fastllm.engine.gc_heap import freeze_startup_heap, thaw_heap
 from fastllm.engine.grammars import GrammarMasks, advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
@@ -30,6 +29,7 @@ from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 from fastllm.spec_decode.drafts import DraftRoom
 from fastllm.structured_output.drafts import clip_drafts
+from fastllm.worker.gc_heap import freeze_startup_heap, thaw_heap
 from fastllm.worker.pending_step import PendingStep
 
 logger = logging.getLogger("fastllm")
@@ -76,7 +76,6 @@ def load_model_files(config: EngineConfig) -> tuple[str, Any, Any, Any]:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
-        thaw_heap()  # another engine in this process: an earlier one, if dropped, must be collectable
         self.config = config
         self.platform = select_platform(config.platform)
         self.load_format, loader, self.hf_config, self.tokenizer = load_model_files(config)

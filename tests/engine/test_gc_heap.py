@@ -1,5 +1,6 @@
-"""The first engine of a process freezes its start-up heap; shutting it down (or building another)
-gives it back to the collector, so a dropped engine held in a reference cycle is still reclaimed."""
+"""The first runner of a process freezes its start-up heap; shutting the engine down (or building
+another) gives it back to the collector, so a dropped engine held in a reference cycle is still
+reclaimed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import weakref
 import pytest
 
 from fastllm import LLM, SamplingParams
-from fastllm.engine import gc_heap
+from fastllm.worker import gc_heap
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def test_a_second_engine_thaws_the_first_and_freezes_nothing(first_engine_of_the
     first.engine.cycle = first.engine
     alive = weakref.ref(first.engine)
     del first
+    gc.collect()  # what a caller does to free the first engine; frozen, it stays
+    assert alive() is not None
     second = LLM(tiny_llama_dir, load_format="dummy", dtype="float32", num_gpu_blocks_override=16)
+    assert alive() is None  # reclaimed while the second was built
     assert gc.get_freeze_count() == 0 and _is_tracked(second.engine)
-    gc.collect()
-    assert alive() is None
