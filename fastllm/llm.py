@@ -63,7 +63,7 @@ class LLM:
 
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers or data-parallel replicas, if any; the LLM is unusable afterwards."""
-        self.engine.runner.shutdown()
+        self.engine.shutdown()
 
     def __enter__(self) -> "LLM":
         return self

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     result = {"device": engine.platform.device.type, "model": config.model, **summary, **utilization}
     setup = HFSetup(config.model, engine.load_format, engine.dtype, engine.platform.device, engine.hf_config,
                     config.max_num_seqs, platform.synchronize)
-    engine.runner.shutdown()
+    engine.shutdown()
     del llm, engine
     gc.collect()
     platform.empty_cache()  # the engine's weights and KV cache, before HF loads its copy

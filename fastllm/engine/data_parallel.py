@@ -220,6 +220,10 @@ class DataParallelEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self._owner) or bool(self._ready)
 
+    def shutdown(self) -> None:
+        """Stop the replicas (this process froze no heap: its engines live in theirs)."""
+        self.runner.shutdown()
+
     def step(self) -> list[RequestOutput]:
         """Start a step on every idle replica that has requests; return the outputs of those
         that finish one first (and of any read meanwhile)."""

@@ -29,6 +29,7 @@ from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 from fastllm.spec_decode.drafts import DraftRoom
 from fastllm.structured_output.drafts import clip_drafts
+from fastllm.worker.gc_heap import freeze_startup_heap, thaw_heap
 from fastllm.worker.pending_step import PendingStep
 
 logger = logging.getLogger("fastllm")
@@ -111,6 +112,7 @@ class LLMEngine:
         self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
         self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
                                      if config.reasoning_parser else None)
+        freeze_startup_heap()
 
     # ---- construction helpers ------------------------------------------------------------------
     def _num_kv_blocks(self) -> int:
@@ -275,6 +277,11 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
+
+    def shutdown(self) -> None:
+        """Stop the runner's workers, if any, and let the collector reclaim the engine once dropped."""
+        self.runner.shutdown()
+        thaw_heap()
 
     def stats(self) -> EngineStats:
         """The scheduler's, the KV cache's and the speculator's counts, for metrics."""

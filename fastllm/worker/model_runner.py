@@ -24,6 +24,7 @@ from fastllm.sampling.sampler import GrammarMask, Sampler
 from fastllm.sampling_params import SamplingParams
 from fastllm.spec_decode.verify import DraftGroup, verify_drafts
 from fastllm.worker.encoder_cache import EncoderRunner
+from fastllm.worker.gc_heap import freeze_startup_heap, thaw_heap
 from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, ScheduledRow, SequenceState,
                                         pack_inputs)
 from fastllm.worker.micro_batches import micro_batch_count, split_step
@@ -49,6 +50,7 @@ class QueuedLogits:
 
 class ModelRunner:
     def __init__(self, config: EngineConfig, hf_config: Any, platform: Any, loader: Any, dtype: torch.dtype):
+        thaw_heap(collect=True)  # another runner in this process: a dropped earlier one goes first
         self.config, self.hf_config, self.platform = config, hf_config, platform
         # ``seed``: dummy weights and unseeded requests' sampling repeat from run to run.
         random.seed(config.seed)
@@ -107,7 +109,8 @@ class ModelRunner:
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """The serving cache; where the platform compiles kernels lazily, the warm-up, and where it
         captures graphs, the decode graphs over it (verification steps of up to
-        ``num_speculative_tokens`` drafts included)."""
+        ``num_speculative_tokens`` drafts included). Start-up ends here: its heap is frozen
+        (``fastllm.worker.gc_heap``)."""
         self._allocate_caches(num_blocks)
         if self.platform.warms_up_kernels:
             self.warm_up()
@@ -117,6 +120,7 @@ class ModelRunner:
             self.graphs = self.platform.decode_graphs(self._eager_forward, self.config.max_num_seqs,
                                                       min(num_blocks, -(-max_len // self.block_size)), max_len,
                                                       max_query_len=1 + max_drafts, adapters=self.adapters)
+        freeze_startup_heap()
 
     def _allocate_caches(self, num_blocks: int) -> None:
         attn = self._stage_attention()[0]
