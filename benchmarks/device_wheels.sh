@@ -18,7 +18,7 @@ for p in manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLATFORMS \
   -d .whl pydantic pydantic_core annotated_types typing_inspection typing_extensions fastapi starlette \
-  opentelemetry-api uvicorn gguf xgrammar llguidance apache-tvm-ffi "openai<2" distro jiter sniffio
+  opentelemetry-api uvicorn httptools gguf xgrammar llguidance apache-tvm-ffi "openai<2" distro jiter sniffio
 gguf=$(python3 -c "from fastllm.model_loader.resolve import embedded_model_path; print(embedded_model_path())")
 half=$(( ($(stat -c %s "$gguf") + 1) / 2 ))
 head -c "$half" "$gguf" > .gguf/smollm2.part_a

@@ -24,6 +24,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM, EngineDeadError, _Add, _Call, internal_error
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.output_deltas import DeltaEncoder, encode_error
+from fastllm.engine.request_state import RequestState
 
 logger = logging.getLogger("fastllm")
 
@@ -99,7 +100,9 @@ class RemoteStream:
     def put(self, item: Any) -> None:
         if isinstance(item, BaseException):
             self.outbox.put(self.request_id, ("error", encode_error(item)))
-        else:
+        elif isinstance(item, RequestState):  # a step's (see run_engine_core)
+            self.outbox.put(self.request_id, ("output", self.encoder.encode_state(item)))
+        else:  # an aborted request's last output
             self.outbox.put(self.request_id, ("output", self.encoder.encode(item)))
 
 
@@ -129,6 +132,7 @@ def run_engine_core(config: EngineConfig, request_window: Optional[int], conn: C
         conn.send(("failed", "value" if isinstance(exc, ValueError) else "runtime", str(exc)))
         return
     outbox.llm = llm
+    llm.engine.build_output = _request_state  # the streams encode the state's delta; no RequestOutput built
     llm.on_dead.append(lambda: (outbox.flush(), outbox.send(("dead", str(llm.dead_error)))))
     conn.send(("ready", llm.max_model_len))
     stopper: Optional[threading.Thread] = None
@@ -149,6 +153,10 @@ def run_engine_core(config: EngineConfig, request_window: Optional[int], conn: C
         elif kind == "shutdown" and stopper is None:
             stopper = threading.Thread(target=_shutdown, args=(llm, outbox, message[1]), name="fastllm-drain")
             stopper.start()
+
+
+def _request_state(state: RequestState) -> RequestState:
+    return state
 
 
 def _add(llm: AsyncLLM, outbox: Outbox, fields: tuple) -> None:

@@ -109,6 +109,9 @@ class LLMEngine:
         self.overlap = self._overlap_steps()
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
+        # what step() returns for a request that advanced: its RequestOutput; the engine core process
+        # takes the RequestState itself and sends only what changed (fastllm.engine.output_deltas)
+        self.build_output: Callable[[RequestState], Any] = RequestState.to_output
         self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
         self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
                                      if config.reasoning_parser else None)
@@ -459,7 +462,7 @@ class LLMEngine:
         elif state.final_output_only:
             state.skip_output()
             return None
-        return state.to_output()
+        return self.build_output(state)
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

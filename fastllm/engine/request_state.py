@@ -88,6 +88,14 @@ class RequestState:
             text = text[: len(text) - partial_stop_len(text, sample.seq.sampling_params.stop)]
         return text
 
+    def texts(self, sample: SampleState) -> tuple[str, str]:
+        """The sample's (text, reasoning content) safe to show now."""
+        text = self.visible_text(sample)
+        reasoning = ""
+        if sample.reasoning_stream is not None or sample.parsed_chars:
+            reasoning, text = sample.split_reasoning(text)
+        return text, reasoning
+
     def skip_output(self) -> None:
         """An output not built still counts in ``send_idx``: it numbers the request's steps."""
         for sample in self.samples:
@@ -97,10 +105,7 @@ class RequestState:
         completions = []
         for sample in self.samples:
             seq = sample.seq
-            text = self.visible_text(sample)
-            reasoning = ""
-            if sample.reasoning_stream is not None or sample.parsed_chars:
-                reasoning, text = sample.split_reasoning(text)
+            text, reasoning = self.texts(sample)
             completions.append(CompletionOutput(
                 index=seq.index, send_idx=sample.send_idx, token_ids=list(seq.output_token_ids),
                 text=text, reasoning_content=reasoning, cumulative_logprob=seq.cumulative_logprob,

@@ -17,6 +17,8 @@ from fastllm.engine.async_llm import EngineDeadError
 from fastllm.engine.core_client import EngineCoreClient
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.output_deltas import DeltaDecoder, DeltaEncoder
+from fastllm.engine.request_state import RequestState, SampleState
+from fastllm.engine.sequence import Sequence
 from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
 from tests.server.conftest import MODEL, start_server
@@ -152,3 +154,19 @@ def test_adapter_calls_cross_to_the_core_and_back(core):
             await core.add_adapter(LoRARequest("a", 1, "/nonexistent"))
 
     asyncio.run(calls())
+
+
+def test_a_state_encodes_as_its_output_would():
+    """The core encodes a request's state straight away; the delta is the one its output gives."""
+    params = SamplingParams(max_tokens=4, logprobs=1)
+    seq = Sequence("r", 0, [1, 2], params, frozenset([0]), 64)
+    state = RequestState("r", "p", [1, 2], [SampleState(seq, None)], RequestMetrics(arrival_time=1.0))
+    from_state, from_output = DeltaEncoder(), DeltaEncoder()
+    for token in (3, 4, 5):
+        seq.append_token(token)
+        seq.output_logprobs.append({token: -1.0})
+        if token == 5:
+            seq.finish("stop", stop_reason=5)
+        expected = from_output.encode(state.to_output())
+        state.samples[0].send_idx -= 1  # to_output counted the step already
+        assert from_state.encode_state(state) == expected

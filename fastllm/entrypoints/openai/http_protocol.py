@@ -1,4 +1,4 @@
-"""uvicorn's h11 protocol plus a deadline for a request's headers.
+"""uvicorn's HTTP protocol (httptools where installed, else h11) plus a deadline for a request's headers.
 
 uvicorn closes an idle kept-alive connection only after a response, and any byte a client
 sends cancels that timer: a connection that never sends a request, or sends its headers a
@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+try:  # httptools parses in C: with a few hundred streams h11's Python parsing is the front end's main cost
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as HTTPProtocol
+except ImportError:
+    from uvicorn.protocols.http.h11_impl import H11Protocol as HTTPProtocol
 
 
-def header_timeout_protocol(header_timeout: float) -> type[H11Protocol]:
-    class HeaderTimeoutProtocol(H11Protocol):
+def header_timeout_protocol(header_timeout: float) -> type[HTTPProtocol]:
+    class HeaderTimeoutProtocol(HTTPProtocol):
         _header_deadline: Optional[asyncio.TimerHandle] = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
