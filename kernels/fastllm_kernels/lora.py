@@ -11,7 +11,10 @@ of the base model (slot -1) are in no tile: their rows of ``y`` are left as they
 A captured decode graph cannot group tokens on the host each step: ``lora_shrink_tokens`` and
 ``lora_expand_tokens`` (Punica's BGMV) read each token's slot from a static per-token tensor on
 the device, one program per token and slice of the inner or output features, so their grids
-depend only on the padded batch. A base-model token's program loads nothing.
+depend only on the padded batch. A base-model token's program loads nothing. At batch 1 a
+decode step runs these two launches on every wrapped layer, so they are built for latency: the
+shrink leaves each split's partial sums (no zeroed buffer, no atomics) for the expand to add, and
+both launch dependent on the kernel before (``pdl``), loading their slice of A or B under it.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
 TILE_TOKENS = 32
 _BLOCK_K = 64
 _BLOCK_N = 64
 # BGMV: a token's shrink is split over programs of this many input features (a single program
-# per token would read a whole A alone); an expand program writes this many outputs.
-_SPLIT_K = 512
+# per token would read a whole A alone; at batch 1 the split sets the launch's latency); an
+# expand program writes this many outputs.
+_SPLIT_K = 256
 _TOKEN_BLOCK_K = 128
 _TOKEN_BLOCK_N = 128
 
@@ -136,60 +142,77 @@ def lora_expand(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch
 
 
 @triton.jit
-def _shrink_tokens_kernel(x_ptr, a_ptr, slots_ptr, out_ptr, K, R, stride_x, stride_as, stride_ar, stride_out,
-                          SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+def _shrink_tokens_kernel(x_ptr, a_ptr, slots_ptr, out_ptr, T, K, R, stride_x, stride_as, stride_ar,
+                          SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
     slot = tl.load(slots_ptr + token).to(tl.int64)
     # a base-model token: every load and the store are masked off
     K, R = tl.where(slot >= 0, K, 0), tl.where(slot >= 0, R, 0)
     ranks = tl.arange(0, BLOCK_R)
+    cols = split * SPLIT_K + tl.arange(0, BLOCK_K)
+    a_rows = a_ptr + slot * stride_as + ranks[:, None] * stride_ar
+    a = tl.load(a_rows + cols[None, :], mask=(ranks[:, None] < R) & (cols[None, :] < K), other=0.0)
+    wait_for_inputs(PDL)  # A is the adapter's weights (no kernel writes them); x is the layer's input
     acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    for k0 in range(tl.program_id(1) * SPLIT_K, tl.program_id(1) * SPLIT_K + SPLIT_K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
+    for k0 in tl.static_range(0, SPLIT_K, BLOCK_K):
         x = tl.load(x_ptr + token * stride_x + cols, mask=cols < K, other=0.0).to(tl.float32)
-        a = tl.load(a_ptr + slot * stride_as + ranks[:, None] * stride_ar + cols[None, :],
-                    mask=(ranks[:, None] < R) & (cols[None, :] < K), other=0.0).to(tl.float32)
-        acc += tl.sum(a * x[None, :], axis=1)
-    tl.atomic_add(out_ptr + token * stride_out + ranks, acc, mask=ranks < R)
+        acc += tl.sum(a.to(tl.float32) * x[None, :], axis=1)
+        if k0 + BLOCK_K < SPLIT_K:
+            cols += BLOCK_K
+            a = tl.load(a_rows + cols[None, :], mask=(ranks[:, None] < R) & (cols[None, :] < K), other=0.0)
+    tl.store(out_ptr + (split * T + token) * BLOCK_R + ranks, acc, mask=ranks < R)
 
 
 @triton.jit
-def _expand_tokens_kernel(xa_ptr, b_ptr, scale_ptr, slots_ptr, y_ptr, N, R, stride_xa, stride_bs, stride_bn,
-                          stride_y, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+def _expand_tokens_kernel(xa_ptr, b_ptr, scale_ptr, slots_ptr, y_ptr, T, N, R, SPLITS, stride_bs, stride_bn, stride_y,
+                          BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slots_ptr + token).to(tl.int64)
-    N = tl.where(slot >= 0, N, 0)  # a base-model token: every load and the store are masked off
+    # a base-model token: every load and the store are masked off
+    N, R = tl.where(slot >= 0, N, 0), tl.where(slot >= 0, R, 0)
     ranks = tl.arange(0, BLOCK_R)
     outputs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    xa = tl.load(xa_ptr + token * stride_xa + ranks, mask=ranks < R, other=0.0)
     b = tl.load(b_ptr + slot * stride_bs + outputs[:, None] * stride_bn + ranks[None, :],
                 mask=(outputs[:, None] < N) & (ranks[None, :] < R), other=0.0).to(tl.float32)
-    delta = tl.sum(b * xa[None, :], axis=1) * tl.load(scale_ptr + tl.maximum(slot, 0))
+    scale = tl.load(scale_ptr + tl.maximum(slot, 0))
+    wait_for_inputs(PDL)  # B and the scale are the adapter's; the shrink's sums and y are not
+    splits = tl.arange(0, BLOCK_S)
+    partials = tl.load(xa_ptr + (splits[:, None] * T + token) * BLOCK_R + ranks[None, :],
+                       mask=(splits[:, None] < SPLITS) & (ranks[None, :] < R), other=0.0)
+    xa = tl.sum(partials, axis=0)
+    delta = tl.sum(b * xa[None, :], axis=1) * scale
     y = tl.load(y_ptr + token * stride_y + outputs, mask=outputs < N, other=0.0).to(tl.float32)
     tl.store(y_ptr + token * stride_y + outputs, (y + delta).to(y_ptr.dtype.element_ty), mask=outputs < N)
 
 
 def lora_shrink_tokens(x: torch.Tensor, a: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """``lora_shrink`` by each token's own slot in ``slots [T]`` (-1: none, its row is zero)."""
+    """``lora_shrink`` by each token's own slot in ``slots [T]`` (-1: none), left as the float32
+    partial sums of each split of K, ``[splits, T, BLOCK_R]`` (a power of two >= R; the rows of
+    slot -1 and the ranks past R are not written), which ``lora_expand_tokens`` adds up: no
+    zeroed buffer, no atomics, so one launch, dependent on the base layer's (``pdl``)."""
     _, rank, inner = a.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
-    out = torch.zeros(x.shape[0], rank, dtype=torch.float32, device=x.device)
+    splits, block_r = triton.cdiv(inner, _SPLIT_K), triton.next_power_of_2(rank)
+    out = torch.empty(splits, x.shape[0], block_r, dtype=torch.float32, device=x.device)
     if x.shape[0]:
-        _shrink_tokens_kernel[(x.shape[0], triton.cdiv(inner, _SPLIT_K))](
-            x, a, slots, out, inner, rank, x.stride(0), a.stride(0), a.stride(1), out.stride(0),
-            SPLIT_K=_SPLIT_K, BLOCK_R=triton.next_power_of_2(rank), BLOCK_K=_TOKEN_BLOCK_K)
+        _shrink_tokens_kernel[(x.shape[0], splits)](
+            x, a, slots, out, x.shape[0], inner, rank, x.stride(0), a.stride(0), a.stride(1),
+            SPLIT_K=_SPLIT_K, BLOCK_R=block_r, BLOCK_K=_TOKEN_BLOCK_K, **pdl_launch(x.device))
     return out
 
 
 def lora_expand_tokens(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch.Tensor,
                        slots: torch.Tensor) -> torch.Tensor:
-    """``lora_expand`` by each token's own slot in ``slots [T]``; rows of slot -1 stay as they were."""
+    """``lora_expand`` by each token's own slot in ``slots [T]``, from ``lora_shrink_tokens``'s
+    partial sums ``xa``; rows of slot -1 stay as they were."""
     _, outputs, rank = b.shape
     assert y.stride(-1) == 1, "y is updated in place and must have unit stride"
+    assert xa.is_contiguous() and xa.shape[1:] == (y.shape[0], triton.next_power_of_2(rank))
     if y.shape[0]:
         _expand_tokens_kernel[(y.shape[0], triton.cdiv(outputs, _TOKEN_BLOCK_N))](
-            xa, b, scale, slots, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
-            BLOCK_R=triton.next_power_of_2(rank), BLOCK_N=_TOKEN_BLOCK_N)
+            xa, b, scale, slots, y, y.shape[0], outputs, rank, xa.shape[0], b.stride(0), b.stride(1), y.stride(0),
+            BLOCK_S=triton.next_power_of_2(xa.shape[0]), BLOCK_R=xa.shape[2], BLOCK_N=_TOKEN_BLOCK_N, **pdl_launch(y.device))
     return y
 
 
