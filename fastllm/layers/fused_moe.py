@@ -26,6 +26,9 @@ from fastllm.distributed.parallel_state import all_reduce, ep_rank, ep_size, tp_
 from fastllm.layers.fused import current_kernels
 
 ACTIVATIONS = {"silu": F.silu}
+# HF checkpoints' names of an expert's gate, up and down projections; a model whose checkpoints
+# name them otherwise declares its own ``expert_projections`` (Mixtral), for loading and export alike
+EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
@@ -241,39 +244,41 @@ class FusedMoE(nn.Module):
         param.weight_loader = self.weight_loader
         setattr(self, name, param)
 
-    def checkpoint_tensors(self, prefix: str, leaf: str) -> dict[str, torch.Tensor]:
-        """Parameter ``leaf`` under HF names, the loader's inverse (one process): ``w13`` ->
-        ``{prefix}.experts.{e}.gate_proj.weight`` and ``up_proj``, ``w2`` -> ``down_proj``; a
-        quantized format's ``w13_scale`` / ``w13_zero`` -> ``...gate_proj.weight_scale`` / ``weight_zero``."""
+    def checkpoint_tensors(self, prefix: str, leaf: str,
+                           projections: tuple[str, str, str] = EXPERT_PROJECTIONS) -> dict[str, torch.Tensor]:
+        """Parameter ``leaf`` under the checkpoint's names, the loader's inverse (one process): ``w13`` ->
+        ``{prefix}.experts.{e}.gate_proj.weight`` and ``up_proj``, ``w2`` -> ``down_proj`` (or the
+        model's own ``projections``); a quantized format's ``w13_scale`` / ``w13_zero`` ->
+        ``...gate_proj.weight_scale`` / ``weight_zero``."""
         stacked, _, kind = leaf.partition("_")
         tensor = getattr(self, leaf).data
         if stacked not in ("w13", "w2"):
             return {f"{prefix}.{leaf}": tensor}
         suffix = f"weight_{kind}" if kind else "weight"
+        gate, up, down = projections
         tensors = {}
         for expert, weights in zip(self.expert_ids, tensor):
-            parts = {"down_proj": weights} if stacked == "w2" else dict(zip(("gate_proj", "up_proj"),
-                                                                           weights.chunk(2, dim=0)))
+            parts = {down: weights} if stacked == "w2" else dict(zip((gate, up), weights.chunk(2, dim=0)))
             tensors.update({f"{prefix}.experts.{expert}.{proj}.{suffix}": part for proj, part in parts.items()})
         return tensors
 
 
-_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight(_scale|_zero)?$")
-_PROJECTIONS = {"gate_proj": ("w13", "gate"), "w1": ("w13", "gate"), "up_proj": ("w13", "up"),
-                "w3": ("w13", "up"), "down_proj": ("w2", "down"), "w2": ("w2", "down")}
+_TARGETS = (("w13", "gate"), ("w13", "up"), ("w2", "down"))  # of the gate, up and down projections
 _STACKED = {".experts.gate_up_proj": ("w13", "gate_up"), ".experts.down_proj": ("w2", "down")}
 
 
-def expert_checkpoint_target(name: str) -> Optional[tuple[str, object]]:
+def expert_checkpoint_target(name: str, projections: tuple[str, str, str] = EXPERT_PROJECTIONS
+                             ) -> Optional[tuple[str, object]]:
     """The ``FusedMoE`` parameter and shard id of an HF expert tensor, or None for other tensors.
 
     ``model.layers.1.mlp.experts.7.up_proj.weight`` -> ``(model.layers.1.mlp.w13, (7, "up"))``;
-    Mixtral's ``w1``/``w3``/``w2``, transformers 5's stacked ``experts.gate_up_proj``, and quantized
-    experts' ``weight_scale`` / ``weight_zero`` (``...up_proj.weight_scale`` -> ``mlp.w13_scale``) too.
+    a model's own ``projections`` (Mixtral's ``w1``/``w3``/``w2``), transformers 5's stacked
+    ``experts.gate_up_proj``, and quantized experts' ``weight_scale`` / ``weight_zero``
+    (``...up_proj.weight_scale`` -> ``mlp.w13_scale``) too.
     """
-    match = _PER_EXPERT.search(name)
+    match = re.search(rf"\.experts\.(\d+)\.({'|'.join(projections)})\.weight(_scale|_zero)?$", name)
     if match:
-        param, proj = _PROJECTIONS[match[2]]
+        param, proj = _TARGETS[projections.index(match[2])]
         return f"{name[:match.start()]}.{param}{match[3] or ''}", (int(match[1]), proj)
     for suffix, (param, shard_id) in _STACKED.items():
         if name.endswith(suffix):

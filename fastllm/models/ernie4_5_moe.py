@@ -5,7 +5,6 @@ the layers outside ``moe_layer_start_index..moe_layer_end_index`` (every
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable
 
 import torch
@@ -36,6 +35,8 @@ class Ernie4_5_MoeDecoderLayer(LlamaDecoderLayer):
 
 class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
     layer_cls = Ernie4_5_MoeDecoderLayer
+    # ERNIE checkpoints keep the router's bias in mlp.moe_statics (loader and export)
+    checkpoint_renames = {".mlp.moe_statics.e_score_correction_bias": ".mlp.gate.e_score_correction_bias"}
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         # Baidu's checkpoints carry multi-token-prediction layers (mtp_*) for speculative
@@ -43,6 +44,5 @@ class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
         return super().load_weights((name, tensor) for name, tensor in weights if ".mtp_" not in name)
 
     def checkpoint_target(self, name: str) -> tuple[str, object]:
-        # ERNIE checkpoints keep the bias in mlp.moe_statics, transformers 5 in mlp.gate.moe_statics
-        name = re.sub(r"\.mlp\.(gate\.)?moe_statics\.", ".mlp.gate.", name)
+        name = name.replace(".mlp.gate.moe_statics.", ".mlp.gate.")  # transformers 5's in-memory name
         return expert_checkpoint_target(name) or super().checkpoint_target(name)

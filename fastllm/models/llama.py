@@ -130,6 +130,9 @@ class LlamaForCausalLM(nn.Module):
         "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
         "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
     }
+    # checkpoint name fragment -> this model's, where its checkpoints name a module otherwise;
+    # the loader reads them and the quantized export writes them back
+    checkpoint_renames: dict[str, str] = {}
 
     def __init__(self, config: Any):
         super().__init__()
@@ -151,6 +154,8 @@ class LlamaForCausalLM(nn.Module):
         for name, tensor in weights:
             if "rotary_emb.inv_freq" in name:
                 continue
+            for theirs, ours in self.checkpoint_renames.items():
+                name = name.replace(theirs, ours)
             target, shard_id = self.checkpoint_target(name)
             if not on_this_stage(self, target):
                 continue

@@ -18,7 +18,9 @@ class MixtralDecoderLayer(LlamaDecoderLayer):
 
 class MixtralForCausalLM(LlamaForCausalLM):
     layer_cls = MixtralDecoderLayer
+    # Mixtral's checkpoints name the MoE block and its experts' projections so (loader and export)
+    checkpoint_renames = {".block_sparse_moe.": ".mlp."}
+    expert_projections = ("w1", "w3", "w2")
 
     def checkpoint_target(self, name: str) -> tuple[str, object]:
-        name = name.replace(".block_sparse_moe.", ".mlp.")  # Mixtral's checkpoints name the block so
-        return expert_checkpoint_target(name) or super().checkpoint_target(name)
+        return expert_checkpoint_target(name, self.expert_projections) or super().checkpoint_target(name)

@@ -17,7 +17,7 @@ import torch.nn as nn
 from safetensors.torch import save_file
 
 from fastllm.distributed.parallel_state import tp_size
-from fastllm.layers.fused_moe import FusedMoE
+from fastllm.layers.fused_moe import EXPERT_PROJECTIONS, FusedMoE
 from fastllm.layers.linear import LinearBase
 from fastllm.quantization.interface import Quantizer
 from fastllm.quantization.linear import QuantizedLinear
@@ -31,12 +31,13 @@ def checkpoint_tensors(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.
         raise ValueError("export the model from a single process (tensor_parallel_size=1)")
     hf_names = {(fused, shard): name for name, (fused, shard) in getattr(model, "stacked_params", {}).items()}
     modules = dict(model.named_modules())
+    projections = getattr(model, "expert_projections", EXPERT_PROJECTIONS)  # a model's own expert names
     tensors: dict[str, torch.Tensor] = {}
     for name, param in model.named_parameters():
         owner_name, _, leaf = name.rpartition(".")
         owner = modules[owner_name]
         if isinstance(owner, FusedMoE):  # stacked experts: one HF tensor per expert and projection
-            tensors.update(owner.checkpoint_tensors(owner_name, leaf))
+            tensors.update(owner.checkpoint_tensors(owner_name, leaf, projections))
             continue
         if not isinstance(owner, (LinearBase, QuantizedLinear)):
             tensors[name] = param.data
@@ -49,8 +50,16 @@ def checkpoint_tensors(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.
             part = param.data if layout == "input" else param.data.narrow(0, offset, size)
             tensors[f"{parent}.{shard_name}.{leaf}"] = part
     layout = getattr(model, "to_checkpoint_layout", lambda name, tensor: tensor)  # rows a model reordered on load
-    return {name: layout(name, t.to(dtype) if t.dtype in FLOAT_DTYPES else t).detach().cpu().clone()
-            for name, t in tensors.items()}
+    return {_checkpoint_name(model, name): layout(name, t.to(dtype) if t.dtype in FLOAT_DTYPES else t)
+            .detach().cpu().clone() for name, t in tensors.items()}
+
+
+def _checkpoint_name(model: nn.Module, name: str) -> str:
+    """``name`` as the model's checkpoints spell it: its ``checkpoint_renames`` undone (Mixtral's
+    ``.mlp.`` -> ``.block_sparse_moe.``)."""
+    for theirs, ours in getattr(model, "checkpoint_renames", {}).items():
+        name = name.replace(ours, theirs)
+    return name
 
 
 def save_quantized(model: nn.Module, hf_config: Any, tokenizer: Optional[Any], quantizer: Quantizer,

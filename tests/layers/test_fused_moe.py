@@ -11,6 +11,7 @@ from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
 from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target, fused_experts_reference
+from fastllm.models.mixtral import MixtralForCausalLM
 
 E, H, I = 8, 16, 12
 
@@ -96,8 +97,12 @@ def test_loader_reads_per_expert_and_stacked_layouts(stacked):
 
 
 def test_mixtral_names_map_to_the_stacked_weights():
-    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w3.weight") == ("model.layers.0.mlp.w13", (5, "up"))
-    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w2.weight") == ("model.layers.0.mlp.w2", (5, "down"))
+    mixtral = MixtralForCausalLM.expert_projections
+    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w3.weight", mixtral) == \
+        ("model.layers.0.mlp.w13", (5, "up"))
+    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w2.weight", mixtral) == \
+        ("model.layers.0.mlp.w2", (5, "down"))
+    assert expert_checkpoint_target("model.layers.0.mlp.experts.5.w2.weight") is None  # not HF's names
     assert expert_checkpoint_target("model.layers.0.mlp.shared_experts.up_proj.weight") is None
 
 

@@ -1,8 +1,11 @@
-"""A quantized MoE model written by ``save_quantized`` (what ``fastllm quantize`` calls) keeps HF
-names, one tensor per expert and projection, and loads back with no flag into the same model:
-the same greedy tokens as the quantized model it was written from."""
+"""A quantized MoE model written by ``save_quantized`` (what ``fastllm quantize`` calls) keeps its
+architecture's HF names (Mixtral's ``block_sparse_moe.experts.{e}.w1``), one tensor per expert and
+projection, and loads back with no flag into the same model: the same greedy tokens as the
+quantized model it was written from."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -29,7 +32,7 @@ def _greedy(llm: LLM) -> list[int]:
     return llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs.token_ids
 
 
-@pytest.mark.parametrize("model_type, method", [("qwen3_moe", "fp8"), ("ernie4_5_moe", "fp8"),
+@pytest.mark.parametrize("model_type, method", [("qwen3_moe", "fp8"), ("ernie4_5_moe", "fp8"), ("mixtral", "fp8"),
                                                 ("qwen3_moe", "weight_only_int4"), ("qwen3_moe", "nf4")])
 def test_quantized_moe_round_trip(tmp_path, model_type, method):
     folder, _ = save_tiny_checkpoint(model_type, tmp_path / "float")
@@ -40,11 +43,19 @@ def test_quantized_moe_round_trip(tmp_path, model_type, method):
 
     with safe_open(f"{out}/model.safetensors", "pt") as f:
         names = set(f.keys())
+    with safe_open(f"{folder}/model.safetensors", "pt") as f:
+        hf_names = set(f.keys())  # as transformers saved the float model
     layer = 1 if model_type == "ernie4_5_moe" else 0  # the first MoE layer
-    for proj in ("gate_proj", "up_proj", "down_proj"):
+    expert = [name for name in hf_names if f"layers.{layer}." in name and ".experts.7." in name]
+    assert len(expert) == 3  # its gate, up and down projections
+    for name in expert:
         for leaf in EXPERT_LEAVES[method]:
-            assert f"model.layers.{layer}.mlp.experts.7.{proj}.{leaf}" in names
-    assert not [name for name in names if ".w13" in name or ".w2" in name]
+            assert name.removesuffix("weight") + leaf in names
+    if method == "fp8":  # exactly the HF names, plus a scale beside each quantized weight
+        scales = {name for name in names if name.endswith(".weight_scale")}
+        assert names - scales == hf_names
+        assert {name.removesuffix("_scale") for name in scales} <= hf_names
+    assert not [name for name in names if re.search(r"\.(w13|w2)(_scale|_zero)?$", name)]  # no stacked experts
 
     loaded = LLM(out, dtype="float32", num_gpu_blocks_override=16)
     written, read = engine_model(online).model.layers[layer].mlp, engine_model(loaded).model.layers[layer].mlp
