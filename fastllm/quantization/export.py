@@ -3,7 +3,9 @@
 Tensors keep HF names: fused layers (``qkv_proj``, ``gate_up_proj``) are split back into the
 checkpoint shards they were loaded from, through the model's ``stacked_params`` and each
 layer's ``shard_slices``, and MoE layers' stacked experts into one tensor per expert and
-projection, so the saved tensors go through the same loaders as any checkpoint.
+projection, so the saved tensors go through the same loaders as any checkpoint. A model whose
+checkpoints name things otherwise declares it once for its loader and this export alike
+(``checkpoint_renames``, ``expert_projections``: Mixtral's ``block_sparse_moe.experts.{e}.w1``).
 """
 
 from __future__ import annotations
