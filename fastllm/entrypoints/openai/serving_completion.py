@@ -71,7 +71,7 @@ class CompletionServing:
         if len(prompts) * num_samples > limits.max_sequences_per_request:
             raise OpenAIError(400, f"{len(prompts)} prompts x {num_samples} samples exceed the limit of "
                                    f"{limits.max_sequences_per_request} sequences per request", "n")
-        token_lists = await ctx.off_loop(lambda: ctx.prompt_token_ids(prompts, params))
+        token_lists = await ctx.admitted_prompts(prompts, params)
         streams: list[OutputStream] = []
         try:
             for index, (prompt, token_ids) in enumerate(zip(prompts, token_lists)):

@@ -64,6 +64,18 @@ class ServingContext:
             admitted.append(token_ids)
         return admitted
 
+    async def admitted_prompts(self, prompts: list[Union[str, list[int]]], params: SamplingParams) -> list[list[int]]:
+        """``prompt_token_ids``: on a worker when there is text to tokenize; token ids only are checked
+        here on the loop (a scan no longer than parsing the body was), so with the engine's eager
+        ``generate`` the request reaches the engine in this handler's turn, not after every other
+        handler's first step."""
+        if any(isinstance(prompt, str) for prompt in prompts):
+            return await self.off_loop(lambda: self.prompt_token_ids(prompts, params))
+        try:
+            return self.prompt_token_ids(prompts, params)
+        except RequestError as exc:
+            raise OpenAIError(exc.code, str(exc)) from exc
+
     async def counted(self, handling: Awaitable[Response]) -> Response:
         """Count one HTTP request as received, and as failed if handling it raises (any error, 4xx or 5xx).
 
