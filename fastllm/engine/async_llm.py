@@ -45,23 +45,41 @@ def internal_error(request_id: str) -> RequestError:
     return RequestError(f"internal error while running request {request_id}; see the server log", code=500)
 
 
-async def queued_outputs(queue: asyncio.Queue, abort: Callable[[], None]) -> AsyncIterator[RequestOutput]:
-    """A request's outputs from its queue until it finishes (an exception put there is raised);
-    leaving early calls ``abort``. Outputs are cumulative, so a backlog skips to the newest."""
-    finished = False
-    try:
-        while not finished:
-            item = await queue.get()
-            while not queue.empty():
-                item = queue.get_nowait()
-            if isinstance(item, BaseException):
-                finished = True
-                raise item
-            finished = item.finished
-            yield item
-    finally:
-        if not finished:
-            abort()
+class QueuedOutputs:
+    """A request's outputs from its queue until it finishes (an exception put there is raised).
+
+    The request is in the engine before the first output is asked for, so leaving early calls
+    ``abort``: closing this before the last output, iterated or not, or a cancelled wait.
+    Outputs are cumulative, so a backlog skips to the newest."""
+
+    def __init__(self, queue: asyncio.Queue, abort: Callable[[], None]):
+        self._queue = queue
+        self._abort = abort
+        self._finished = False
+
+    def __aiter__(self) -> QueuedOutputs:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            item = await self._queue.get()
+        except BaseException:
+            await self.aclose()
+            raise
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+        if isinstance(item, BaseException):
+            self._finished = True
+            raise item
+        self._finished = item.finished
+        return item
+
+    async def aclose(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._abort()
 
 
 @dataclass
@@ -190,7 +208,7 @@ class AsyncLLM:
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         self.submit(_Add(request_id, prompt, prompt_token_ids, params, time.time(), chat_template_kwargs, stream,
                          lora_request, group, multimodal_data, multimodal))
-        async with aclosing(queued_outputs(stream.queue, lambda: self.abort(request_id))) as outputs:
+        async with aclosing(QueuedOutputs(stream.queue, lambda: self.abort(request_id))) as outputs:
             async for output in outputs:
                 yield output
 

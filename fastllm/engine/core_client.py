@@ -15,13 +15,12 @@ import logging
 import multiprocessing
 import threading
 import time
-from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, Callable, Optional
 
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
-from fastllm.engine.async_llm import EngineDeadError, queued_outputs
+from fastllm.engine.async_llm import EngineDeadError, QueuedOutputs
 from fastllm.engine.core_process import run_engine_core
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.llm_engine import load_model_files
@@ -107,11 +106,14 @@ class EngineCoreClient:
             raise EngineDeadError(str(self.dead_error or "the engine is shutting down"))
         self._conn.send(message)
 
-    async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
-                       params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
-                       lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
-                       multimodal_data: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
-        """Yield the request's latest output until it finishes; raises RequestError for bad input."""
+    def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
+                 params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
+                 lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
+                 multimodal_data: Optional[dict[str, Any]] = None) -> QueuedOutputs:
+        """The request's latest outputs until it finishes; raises RequestError for bad input.
+
+        The request goes to the core now, not when the outputs are first asked for: a server
+        with hundreds of handlers in turn would otherwise send it only after all of them ran."""
         arrival_time = time.time()
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), DeltaDecoder(request_id, arrival_time))
         with self._lock:
@@ -121,9 +123,7 @@ class EngineCoreClient:
                         lora_request, group, multimodal_data))
             self._streams[request_id] = stream
             self._num_added += 1
-        async with aclosing(queued_outputs(stream.queue, lambda: self.abort(request_id))) as outputs:
-            async for output in outputs:
-                yield output
+        return QueuedOutputs(stream.queue, lambda: self.abort(request_id))
 
     def abort(self, request_id: str) -> None:
         with self._lock:

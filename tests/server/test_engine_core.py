@@ -170,3 +170,17 @@ def test_a_state_encodes_as_its_output_would():
         expected = from_output.encode(state.to_output())
         state.samples[0].send_idx -= 1  # to_output counted the step already
         assert from_state.encode_state(state) == expected
+
+
+def test_a_stream_closed_before_it_was_read_aborts_its_request(core):
+    """``generate`` sends the request at once, so closing its outputs unread must take it back out."""
+    async def leave() -> None:
+        outputs = core.generate("never-read", None, [5, 6, 7], SamplingParams(max_tokens=480, ignore_eos=True))
+        assert core.num_pending >= 1
+        await outputs.aclose()
+        async for _ in core.generate("read", None, [5, 6], SamplingParams(max_tokens=2)):
+            pass  # its outputs carry the core's stats from after the abort
+
+    asyncio.run(leave())
+    wait_core_idle(core, timeout=2)
+    assert core.stats.num_free_blocks == core.stats.num_usable_blocks

@@ -71,13 +71,18 @@ class CompletionServing:
         if len(prompts) * num_samples > limits.max_sequences_per_request:
             raise OpenAIError(400, f"{len(prompts)} prompts x {num_samples} samples exceed the limit of "
                                    f"{limits.max_sequences_per_request} sequences per request", "n")
-        token_lists = await ctx.off_loop(lambda: ctx.prompt_token_ids(prompts, params))
+        token_lists = await ctx.admitted_prompts(prompts, params)
         streams: list[OutputStream] = []
-        for index, (prompt, token_ids) in enumerate(zip(prompts, token_lists)):
-            ctx.log_request(f"{request_id}-{index}", token_ids, params)
-            text = prompt if isinstance(prompt, str) else None
-            streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params,
-                                      lora_request=ctx.lora_request(model), group=request_id))
+        try:
+            for index, (prompt, token_ids) in enumerate(zip(prompts, token_lists)):
+                ctx.log_request(f"{request_id}-{index}", token_ids, params)
+                text = prompt if isinstance(prompt, str) else None
+                streams.append(ctx.stream(f"{request_id}-{index}", text, token_ids, params,
+                                          lora_request=ctx.lora_request(model), group=request_id))
+        except BaseException:  # the prompts already sent leave the engine with this request
+            for stream in streams:
+                await stream.aclose()
+            raise
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar, Union
 
 from fastapi.responses import Response
 from pydantic import ValidationError
@@ -19,6 +19,7 @@ from fastllm.entrypoints.openai.errors import OpenAIError
 from fastllm.entrypoints.openai.server_config import ServerConfig
 from fastllm.entrypoints.openai.streaming import OutputStream
 from fastllm.metrics import ServingMetrics
+from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("fastllm")
@@ -62,6 +63,18 @@ class ServingContext:
                 inputs.check_max_tokens(len(token_ids), params.max_tokens)
             admitted.append(token_ids)
         return admitted
+
+    async def admitted_prompts(self, prompts: list[Union[str, list[int]]], params: SamplingParams) -> list[list[int]]:
+        """``prompt_token_ids``: on a worker when there is text to tokenize; token ids only are checked
+        here on the loop (a scan no longer than parsing the body was), so with the engine's eager
+        ``generate`` the request reaches the engine in this handler's turn, not after every other
+        handler's first step."""
+        if any(isinstance(prompt, str) for prompt in prompts):
+            return await self.off_loop(lambda: self.prompt_token_ids(prompts, params))
+        try:
+            return self.prompt_token_ids(prompts, params)
+        except RequestError as exc:
+            raise OpenAIError(exc.code, str(exc)) from exc
 
     async def counted(self, handling: Awaitable[Response]) -> Response:
         """Count one HTTP request as received, and as failed if handling it raises (any error, 4xx or 5xx).
@@ -139,29 +152,60 @@ class ServingContext:
                         params.model_dump(exclude_defaults=True, exclude={"stop", "bad_words", "guided_decoding",
                                                                           "logit_bias"}))
 
-    async def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
-                     params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
-                     lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
-                     multimodal_data: Optional[dict[str, Any]] = None) -> OutputStream:
+    def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
+               params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
+               lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
+               multimodal_data: Optional[dict[str, Any]] = None) -> OutputStream:
         """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
 
-        Closing or cancelling this stream before the request finished (a client that left,
-        a shutdown that ran out of time) aborts the request; that is counted as an abort.
+        An engine whose ``generate`` sends the request at once (the core client) has it now, so the
+        first request reaches the engine before later handlers run. Closing the stream before the
+        request finished, iterated or not (a client that left, a shutdown that ran out of time),
+        aborts the request; that is counted as an abort.
         """
-        finished = False
         try:
-            async for output in self.engine.generate(request_id, prompt, prompt_token_ids, params,
-                                                     chat_template_kwargs, lora_request, group,
-                                                     multimodal_data):
-                if output.finished:
-                    finished = True
-                    self.metrics.on_engine_request_finished(output, lora_request and lora_request.lora_name)
-                yield output
-        except RequestError as exc:
-            raise OpenAIError(exc.code, str(exc)) from exc
-        except EngineDeadError as exc:
-            raise OpenAIError(500 if self.engine.dead_error else 503, str(exc)) from exc
-        except (GeneratorExit, asyncio.CancelledError):
-            if not finished:
-                self.metrics.on_engine_request_aborted()
+            outputs = self.engine.generate(request_id, prompt, prompt_token_ids, params, chat_template_kwargs,
+                                           lora_request, group, multimodal_data)
+        except (RequestError, EngineDeadError) as exc:
+            raise self._engine_error(exc) from exc
+        return EngineStream(self, outputs, lora_request and lora_request.lora_name)
+
+    def _engine_error(self, exc: RequestError | EngineDeadError) -> OpenAIError:
+        if isinstance(exc, RequestError):
+            return OpenAIError(exc.code, str(exc))
+        return OpenAIError(500 if self.engine.dead_error else 503, str(exc))
+
+
+class EngineStream:
+    """``ServingContext.stream``'s outputs: the engine's, with errors translated and metrics counted."""
+
+    def __init__(self, ctx: ServingContext, outputs: AsyncIterator[RequestOutput], adapter: Optional[str]):
+        self._ctx = ctx
+        self._outputs = outputs
+        self._adapter = adapter
+        self._finished = False
+
+    def __aiter__(self) -> EngineStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            output = await anext(self._outputs)
+        except (RequestError, EngineDeadError) as exc:
+            self._finished = True
+            raise self._ctx._engine_error(exc) from exc
+        except asyncio.CancelledError:
+            await self.aclose()
             raise
+        if output.finished:
+            self._finished = True
+            self._ctx.metrics.on_engine_request_finished(output, self._adapter)
+        return output
+
+    async def aclose(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._ctx.metrics.on_engine_request_aborted()
+        await self._outputs.aclose()

@@ -7,7 +7,7 @@ closing a stream is what aborts its request and frees its KV blocks.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncGenerator, AsyncIterator, Awaitable, TypeVar
+from typing import AsyncIterator, Awaitable, Protocol, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -16,7 +16,16 @@ from fastllm.entrypoints.openai.errors import OpenAIError
 from fastllm.outputs import RequestOutput
 
 T = TypeVar("T")
-OutputStream = AsyncGenerator[RequestOutput, None]
+
+
+class OutputStream(Protocol):
+    """One request's outputs; closing it before the last one aborts the request."""
+
+    def __aiter__(self) -> OutputStream: ...
+
+    async def __anext__(self) -> RequestOutput: ...
+
+    async def aclose(self) -> None: ...
 
 
 async def start_all(streams: list[OutputStream]) -> list[RequestOutput]:
