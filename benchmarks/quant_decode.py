@@ -1,6 +1,7 @@
 """Batch-1 decode speed and offline throughput of each quantization method vs bf16, on CUDA.
 
     python benchmarks/quant_decode.py --model llama-3-8b --load-format dummy --out quant_decode.json
+    python benchmarks/quant_decode.py --methods bf16 --throughput-methods --profile -tp 2   # TP=2 step
 
 A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``). Each method
 gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens`` generated tokens
@@ -34,7 +35,7 @@ def build(args: argparse.Namespace, method: str, max_num_seqs: int) -> LLM:
     return LLM(args.model, load_format=args.load_format, dtype="bfloat16", max_model_len=args.max_model_len,
                max_num_seqs=max_num_seqs, quantization=None if name == "bf16" else name,
                quantize_lm_head=method.endswith(HEAD), gpu_memory_utilization=0.85,
-               attention_backend=args.attention_backend)
+               attention_backend=args.attention_backend, tensor_parallel_size=args.tensor_parallel_size)
 
 
 def random_prompts(count: int, length: int, vocab: int, seed: int) -> list[dict]:
@@ -145,6 +146,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--throughput-methods", nargs="*", default=["bf16", "fp8"])
     parser.add_argument("--attention-backend", default=None, help="default: the platform's")
+    parser.add_argument("-tp", "--tensor-parallel-size", type=int, default=1,
+                        help="profiles rank 0's device: its kernels, collectives and waits for the other ranks")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode-tokens", type=int, default=128)
