@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed, big4, lanes4)
+#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -212,6 +212,19 @@ tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, 
   # greedy EP=2 = HF on CUDA: the symmetric all-reduce, the expert placement and the Triton experts together
   TAIL=6 step ep2_equality 60 env PYTHONPATH="$PYTHONPATH:$PWD" $PY -m pytest -q -x -p no:cacheprovider \
     tests/distributed/test_expert_parallel.py
+  ;;
+pair2)  # two GPUs, one short call: all-reduce by size, TP=1 and TP=2 batch-1 decode each with rank 0's
+  # kernel profile, then Qwen3-30B-A3B at EP=2 (MOE_EP_ARGS: extra flags of the EP mode) and TP=2
+  OUT=$GATHERED
+  MOE="bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 --batch-size 1 64 --input-len 128 \
+    --output-len 128 --num-iters 1 --max-num-seqs 64 -tp 2"
+  lane all_reduce 40 $PY benchmarks/all_reduce.py --world-size 2 --output-json "$OUT/all_reduce.json"
+  for tp in 1 2; do
+    TAIL=40 lane decode_tp$tp 100 $PY benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 2 \
+      --profile --profile-rows 12 -tp $tp --out "$OUT/decode_tp$tp.json"
+  done
+  lane moe_ep2 130 $FASTLLM $MOE --enable-expert-parallel ${MOE_EP_ARGS:-} --output-json "$OUT/moe_ep2.json"
+  lane moe_tp2 130 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
   ;;
 big4)  # four GPUs: Llama-3-70B at TP=4, batch 1 against the four GPUs' bandwidth limit, then offline with MFU
   OUT=$GATHERED
