@@ -195,7 +195,8 @@ class DataParallelEngine:
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
                     chat_template_kwargs: Optional[dict[str, Any]] = None,
-                    output_kind: OutputKind = OutputKind.CUMULATIVE, lora_request: Any = None, multimodal_data: Optional[dict[str, Any]] = None) -> None:
+                    output_kind: OutputKind = OutputKind.CUMULATIVE,
+                    lora_request: Any = None, multimodal_data: Optional[dict[str, Any]] = None) -> None:
         """``LLMEngine.add_request`` on the least-loaded replica (its adapter and media travel along)."""
         if request_id in self._owner:
             raise RequestError(f"request id {request_id!r} is already in use")

@@ -110,8 +110,8 @@ class LLMEngine:
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
         self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
-        self.output = OutputProcessor(self.tokenizer, registry.get("reasoning_parsers", config.reasoning_parser)
-                                      if config.reasoning_parser else None)
+        self.output_processor = OutputProcessor(
+            self.tokenizer, registry.get("reasoning_parsers", config.reasoning_parser) if config.reasoning_parser else None)
         freeze_startup_heap()
 
     # ---- construction helpers ------------------------------------------------------------------
@@ -206,8 +206,8 @@ class LLMEngine:
             if compiled is not None:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
             seqs.append(seq)
-        self.requests[request_id] = self.output.new_request(request_id, prompt, seqs, arrival_time or time.time(),
-                                                            thinking, output_kind)
+        self.requests[request_id] = self.output_processor.new_request(
+            request_id, prompt, seqs, arrival_time or time.time(), thinking, output_kind)
         for seq in seqs:
             if self.speculator is not None:
                 self.speculator.on_prompt(seq)
@@ -266,10 +266,10 @@ class LLMEngine:
         state = self.requests.pop(request_id, None)
         if state is None:
             return None
-        self.output.abort(state)
+        self.output_processor.abort(state)
         for sample in state.samples:
             self._release(sample.seq)
-        return self.output.emit(state)
+        return self.output_processor.emit(state)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -417,9 +417,10 @@ class LLMEngine:
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
-            self.output.check_token(seq, result.grammar_terminated and i == last)
+            self.output_processor.check_token(seq, result.grammar_terminated and i == last)
             if deferred is None:
-                self.output.detokenize(state, sample, [token])  # token by token: a stop string ends at its own token
+                # token by token: a stop string ends at its own token
+                self.output_processor.detokenize(state, sample, [token])
             else:
                 deferred.append((state, sample, token))
             if seq.is_finished:
@@ -440,14 +441,14 @@ class LLMEngine:
         sequence (a token sampled for it meanwhile is dropped when read, as after any finish)."""
         for state, sample, token in deferred:
             finished = sample.seq.is_finished
-            self.output.detokenize(state, sample, [token])
+            self.output_processor.detokenize(state, sample, [token])
             if sample.seq.is_finished and not finished:
                 self._release(sample.seq)
 
     def _emit(self, state: RequestState) -> Optional[RequestOutput | RequestDelta]:
         if state.finished:
             del self.requests[state.request_id]
-        return self.output.emit(state)
+        return self.output_processor.emit(state)
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

@@ -40,6 +40,8 @@ class RequestDelta(NamedTuple):
 
 
 class OutputProcessor:
+    """Stateless across requests: everything per request lives in its ``RequestState``."""
+
     def __init__(self, tokenizer: Any, reasoning_parser_cls: Any = None):
         self.tokenizer = tokenizer
         self.reasoning_parser_cls = reasoning_parser_cls
@@ -130,13 +132,14 @@ class OutputProcessor:
         """The request's output after a step that advanced it, in its ``OutputKind``; None for
         a final-only request not done (building an output copies its tokens: O(length) a step
         for nobody). Every call, built or not, numbers a step in ``send_idx``."""
-        if state.finished:
+        finished = state.finished
+        if finished:
             metrics = state.metrics
             metrics.finished_time = time.time()
             metrics.model_execute_time = metrics.finished_time - (metrics.inference_start_time or metrics.arrival_time)
         if state.output_kind is OutputKind.DELTA:
-            return RequestDelta(state.request_id, state.finished, self._delta(state))
-        if state.output_kind is OutputKind.FINAL_ONLY and not state.finished:
+            return RequestDelta(state.request_id, finished, self._delta(state, finished))
+        if state.output_kind is OutputKind.FINAL_ONLY and not finished:
             for sample in state.samples:
                 sample.send_idx += 1
             return None
@@ -162,7 +165,7 @@ class OutputProcessor:
             prompt_logprobs=first.prompt_logprobs if first.sampling_params.prompt_logprobs is not None else None,
             error_code=state.error_code, error_msg=state.error_msg)
 
-    def _delta(self, state: RequestState) -> tuple:
+    def _delta(self, state: RequestState, finished: bool) -> tuple:
         """What changed since the request's last delta, without building its output (which
         copies every token so far): the engine core does this for every request that advanced."""
         sent = state.sent
@@ -176,7 +179,7 @@ class OutputProcessor:
             sample.send_idx += 1
         first = state.samples[0].seq
         prompt_logprobs = first.prompt_logprobs if first.sampling_params.prompt_logprobs is not None else None
-        return sent.request(state.prompt, state.prompt_token_ids, prompt_logprobs, completions, state.finished,
+        return sent.request(state.prompt, state.prompt_token_ids, prompt_logprobs, completions, finished,
                             first.num_cached_tokens, state.metrics, state.error_code, state.error_msg)
 
 
