@@ -179,3 +179,23 @@ def test_a_stream_closed_before_it_was_read_aborts_its_request(core):
     asyncio.run(leave())
     wait_core_idle(core, timeout=2)
     assert core.stats.num_free_blocks == core.stats.num_usable_blocks
+
+
+def test_stop_strings_over_the_pipe_end_as_in_process(core, smollm2_llm):
+    """The core's deltas rebuild outputs whose text only grows, and whose last equals the offline engine's."""
+    prompt = "The capital of France is"
+    probe = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    text = smollm2_llm.generate(prompt, probe, use_tqdm=False)[0].outputs.text
+    params = SamplingParams(n=2, temperature=0, max_tokens=12, ignore_eos=True,
+                            stop=[text[len(text) // 2:len(text) // 2 + 4]])
+    offline = smollm2_llm.generate(prompt, params, use_tqdm=False)[0]
+
+    async def collect() -> list:
+        return [output async for output in core.generate("stop", prompt, None, params)]
+
+    streamed = asyncio.run(collect())
+    fields = ("token_ids", "text", "finish_reason", "stop_reason")
+    assert [[getattr(c, f) for f in fields] for c in streamed[-1].completions] == \
+        [[getattr(c, f) for f in fields] for c in offline.completions]
+    assert offline.outputs.finish_reason == "stop" and streamed[-1].finished
+    assert all(offline.completions[c.index].text.startswith(c.text) for o in streamed for c in o.completions)
