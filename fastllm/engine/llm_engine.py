@@ -297,7 +297,7 @@ class LLMEngine:
 
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput | RequestDelta]:
-        """Run one scheduled batch; return the current output of every request that advanced.
+        """Run one scheduled batch; return the output of every request that advanced, in its ``OutputKind``.
 
         With ``overlap`` the batch is queued on the device before the tokens of the batch
         before it are read, so the host's work (reading tokens, stop checks, detokenizing,
