@@ -110,8 +110,9 @@ class LLMEngine:
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
         self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
-        self.output_processor = OutputProcessor(
-            self.tokenizer, registry.get("reasoning_parsers", config.reasoning_parser) if config.reasoning_parser else None)
+        reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
+                                if config.reasoning_parser else None)
+        self.output_processor = OutputProcessor(self.tokenizer, reasoning_parser_cls)
         freeze_startup_heap()
 
     # ---- construction helpers ------------------------------------------------------------------
