@@ -13,6 +13,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.data_parallel import DataParallelEngine
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
+from fastllm.engine.output_processor import OutputKind
 from fastllm.multimodal.prefetch import process_prompts_media
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
@@ -96,7 +97,7 @@ class LLM:
                 if not isinstance(params, SamplingParams):
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
-                                        chat_template_kwargs=chat_template_kwargs, final_output_only=True,
+                                        chat_template_kwargs=chat_template_kwargs, output_kind=OutputKind.FINAL_ONLY,
                                         lora_request=adapter, multimodal_data=media, **processed_media)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))

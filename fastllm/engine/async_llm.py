@@ -29,6 +29,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.fair_admission import FairAdmission
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine
+from fastllm.engine.output_processor import OutputKind
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
@@ -108,6 +109,7 @@ class _Add:
     multimodal_data: Optional[dict[str, Any]] = None
     multimodal: Any = None  # MultimodalInputs, when the media were processed before queueing
     grammar: Any = None  # the compiled grammar of a guided request, once compiled off the engine thread
+    output_kind: OutputKind = OutputKind.CUMULATIVE  # DELTA for the engine-core process's streams
 
 
 @dataclass
@@ -332,7 +334,8 @@ class AsyncLLM:
                 self.engine.add_request(item.request_id, item.prompt, item.prompt_token_ids, item.params,
                                         item.arrival_time, item.chat_template_kwargs,
                                         lora_request=item.lora_request, multimodal_data=item.multimodal_data,
-                                        multimodal=item.multimodal, grammar=item.grammar)
+                                        multimodal=item.multimodal, grammar=item.grammar,
+                                        output_kind=item.output_kind)
             except Exception as exc:  # a bad request or a bug: this request fails alone, a bug's details logged
                 if not isinstance(exc, RequestError):
                     logger.exception("adding request %s failed", item.request_id)

@@ -23,8 +23,8 @@ from typing import Any, Optional
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM, EngineDeadError, _Add, _Call, internal_error
 from fastllm.engine.input_processor import RequestError
-from fastllm.engine.output_deltas import DeltaEncoder, encode_error
-from fastllm.engine.request_state import RequestState
+from fastllm.engine.output_deltas import encode_error
+from fastllm.engine.output_processor import OutputKind, RequestDelta
 
 logger = logging.getLogger("fastllm")
 
@@ -90,20 +90,17 @@ class Outbox:
 
 
 class RemoteStream:
-    """One request's outputs, encoded as deltas into the outbox (called on the engine thread)."""
+    """One request's deltas (its ``OutputKind`` is ``DELTA``), into the outbox (called on the engine thread)."""
 
     def __init__(self, request_id: str, outbox: Outbox):
         self.request_id = request_id
         self.outbox = outbox
-        self.encoder = DeltaEncoder()
 
-    def put(self, item: Any) -> None:
+    def put(self, item: RequestDelta | BaseException) -> None:
         if isinstance(item, BaseException):
             self.outbox.put(self.request_id, ("error", encode_error(item)))
-        elif isinstance(item, RequestState):  # a step's (see run_engine_core)
-            self.outbox.put(self.request_id, ("output", self.encoder.encode_state(item)))
-        else:  # an aborted request's last output
-            self.outbox.put(self.request_id, ("output", self.encoder.encode(item)))
+        else:
+            self.outbox.put(self.request_id, ("output", item.payload))
 
 
 class RemoteCall(_Call):
@@ -132,7 +129,6 @@ def run_engine_core(config: EngineConfig, request_window: Optional[int], conn: C
         conn.send(("failed", "value" if isinstance(exc, ValueError) else "runtime", str(exc)))
         return
     outbox.llm = llm
-    llm.engine.build_output = _request_state  # the streams encode the state's delta; no RequestOutput built
     llm.on_dead.append(lambda: (outbox.flush(), outbox.send(("dead", str(llm.dead_error)))))
     conn.send(("ready", llm.max_model_len))
     stopper: Optional[threading.Thread] = None
@@ -155,10 +151,6 @@ def run_engine_core(config: EngineConfig, request_window: Optional[int], conn: C
             stopper.start()
 
 
-def _request_state(state: RequestState) -> RequestState:
-    return state
-
-
 def _add(llm: AsyncLLM, outbox: Outbox, fields: tuple) -> None:
     (request_id, prompt, prompt_token_ids, params, arrival_time, chat_template_kwargs, lora_request, group,
      multimodal_data) = fields
@@ -170,7 +162,7 @@ def _add(llm: AsyncLLM, outbox: Outbox, fields: tuple) -> None:
             prompt_token_ids, multimodal = llm.engine.process_media(prompt_token_ids, multimodal_data)
             multimodal_data = None
         llm.submit(_Add(request_id, prompt, prompt_token_ids, params, arrival_time, chat_template_kwargs, stream,
-                        lora_request, group, multimodal_data, multimodal))
+                        lora_request, group, multimodal_data, multimodal, output_kind=OutputKind.DELTA))
     except Exception as exc:  # bad media or an engine that stopped: this request fails alone
         if not isinstance(exc, (EngineDeadError, RequestError)):
             logger.exception("adding request %s failed", request_id)

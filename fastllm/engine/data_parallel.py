@@ -21,6 +21,7 @@ import torch
 from fastllm.config import EngineConfig
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine, load_model_files, select_platform
+from fastllm.engine.output_processor import OutputKind
 from fastllm.executor.worker_group import JOIN_TIMEOUT_S, WorkerError
 from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
@@ -193,14 +194,15 @@ class DataParallelEngine:
 
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
-                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
+                    chat_template_kwargs: Optional[dict[str, Any]] = None,
+                    output_kind: OutputKind = OutputKind.CUMULATIVE,
                     lora_request: Any = None, multimodal_data: Optional[dict[str, Any]] = None) -> None:
         """``LLMEngine.add_request`` on the least-loaded replica (its adapter and media travel along)."""
         if request_id in self._owner:
             raise RequestError(f"request id {request_id!r} is already in use")
         replica = min(self.replicas, key=lambda r: (r.load.num_requests, r.load.kv_usage))
         status, value = self._call(replica, "add_request", request_id, prompt, prompt_token_ids, params,
-                                   arrival_time, chat_template_kwargs, final_output_only, lora_request,
+                                   arrival_time, chat_template_kwargs, output_kind, lora_request,
                                    multimodal_data)
         if status == "rejected":
             raise RequestError(*value)

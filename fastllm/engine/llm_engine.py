@@ -12,10 +12,10 @@ import torch
 from fastllm import registry
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
-from fastllm.engine.detokenizer import new_detokenizer
 from fastllm.engine.grammars import GrammarMasks, advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
+from fastllm.engine.output_processor import OutputKind, OutputProcessor, RequestDelta
 from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
 from fastllm.engine.stats import EngineStats
@@ -109,12 +109,10 @@ class LLMEngine:
         self.overlap = self._overlap_steps()
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
-        # what step() returns for a request that advanced: its RequestOutput; the engine core process
-        # takes the RequestState itself and sends only what changed (fastllm.engine.output_deltas)
-        self.build_output: Callable[[RequestState], Any] = RequestState.to_output
         self.num_draft_tokens = self.num_accepted_tokens = 0  # over every request, for stats()
-        self.reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
-                                     if config.reasoning_parser else None)
+        reasoning_parser_cls = (registry.get("reasoning_parsers", config.reasoning_parser)
+                                if config.reasoning_parser else None)
+        self.output_processor = OutputProcessor(self.tokenizer, reasoning_parser_cls)
         freeze_startup_heap()
 
     # ---- construction helpers ------------------------------------------------------------------
@@ -173,7 +171,8 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                     params: SamplingParams, arrival_time: Optional[float] = None,
-                    chat_template_kwargs: Optional[dict[str, Any]] = None, final_output_only: bool = False,
+                    chat_template_kwargs: Optional[dict[str, Any]] = None,
+                    output_kind: OutputKind = OutputKind.CUMULATIVE,
                     lora_request: Optional[LoRARequest] = None,
                     multimodal_data: Optional[dict[str, Any]] = None,
                     multimodal: Optional[MultimodalInputs] = None, grammar: Any = None) -> None:
@@ -181,8 +180,9 @@ class LLMEngine:
         ``multimodal_data``: images and videos (``{"image": [...], "video": [...]}``) for the
         placeholder tokens of the prompt, in order; or ``multimodal``, what ``process_media``
         made of them, with the expanded ``prompt_token_ids``.
-        ``final_output_only``: ``step()`` returns its output once, when it finishes (offline
-        generation), instead of after every step that advanced it (streaming). ``grammar``: the
+        ``output_kind``: what ``step()`` returns for it (``fastllm.engine.output_processor``): its
+        output after every step that advanced it (streaming), only once it finishes (offline
+        generation), or each step's delta (the engine-core process). ``grammar``: the
         request's guided-decoding spec as ``compile_grammar`` returned it, compiled beforehand."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
@@ -197,7 +197,7 @@ class LLMEngine:
         if params.guided_decoding is not None and compiled is None:
             compiled = self.compile_grammar(params.guided_decoding)
         thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
-        samples = []
+        seqs = []
         for index in range(params.n):
             seq = Sequence(request_id, index, list(prompt_token_ids), params, self.eos_token_ids,
                            self.max_model_len, bad_words_token_ids=bad_words, adapter_id=adapter_id,
@@ -206,19 +206,13 @@ class LLMEngine:
                 seq.seed = params.seed + index
             if compiled is not None:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
-            detok = (new_detokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
-                     if self.tokenizer is not None else None)
-            parser = (self.reasoning_parser_cls(self.tokenizer, enable_thinking=thinking).stream()
-                      if self.reasoning_parser_cls else None)
-            samples.append(SampleState(seq, detok, parser))
-        state = RequestState(request_id, prompt, list(prompt_token_ids), samples,
-                             RequestMetrics(arrival_time=arrival_time or time.time()),
-                             final_output_only=final_output_only)
-        self.requests[request_id] = state
-        for sample in samples:
+            seqs.append(seq)
+        self.requests[request_id] = self.output_processor.new_request(
+            request_id, prompt, seqs, arrival_time or time.time(), thinking, output_kind)
+        for seq in seqs:
             if self.speculator is not None:
-                self.speculator.on_prompt(sample.seq)
-            self.scheduler.add(sample.seq)
+                self.speculator.on_prompt(seq)
+            self.scheduler.add(seq)
 
     def add_adapter(self, lora_request: LoRARequest) -> None:
         """Check and load an adapter ahead of its requests; RequestError when it cannot be served."""
@@ -268,15 +262,15 @@ class LLMEngine:
         except ValueError as exc:
             raise RequestError(f"invalid guided decoding spec: {exc}") from exc
 
-    def abort_request(self, request_id: str) -> Optional[RequestOutput]:
+    def abort_request(self, request_id: str) -> Optional[RequestOutput | RequestDelta]:
+        """The aborted request's last output, in its ``OutputKind`` (final-only gets its output)."""
         state = self.requests.pop(request_id, None)
         if state is None:
             return None
+        self.output_processor.abort(state)
         for sample in state.samples:
-            if not sample.seq.is_finished:
-                sample.seq.finish("abort")
             self._release(sample.seq)
-        return state.to_output()
+        return self.output_processor.emit(state)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -303,8 +297,8 @@ class LLMEngine:
             self.speculator.on_finished(seq)
 
     # ---- the loop ------------------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
-        """Run one scheduled batch; return the current output of every request that advanced.
+    def step(self) -> list[RequestOutput | RequestDelta]:
+        """Run one scheduled batch; return the output of every request that advanced, in its ``OutputKind``.
 
         With ``overlap`` the batch is queued on the device before the tokens of the batch
         before it are read, so the host's work (reading tokens, stop checks, detokenizing,
@@ -424,9 +418,10 @@ class LLMEngine:
             seq.cumulative_logprob += logprob
             if seq.sampling_params.logprobs is not None:
                 seq.output_logprobs.append(top)
-            seq.check_stop(result.grammar_terminated and i == last)
+            self.output_processor.check_token(seq, result.grammar_terminated and i == last)
             if deferred is None:
-                state.on_tokens(sample, [token])  # token by token: a stop string ends at its own token
+                # token by token: a stop string ends at its own token
+                self.output_processor.detokenize(state, sample, [token])
             else:
                 deferred.append((state, sample, token))
             if seq.is_finished:
@@ -447,22 +442,14 @@ class LLMEngine:
         sequence (a token sampled for it meanwhile is dropped when read, as after any finish)."""
         for state, sample, token in deferred:
             finished = sample.seq.is_finished
-            state.on_tokens(sample, [token])
+            self.output_processor.detokenize(state, sample, [token])
             if sample.seq.is_finished and not finished:
                 self._release(sample.seq)
 
-    def _emit(self, state: RequestState) -> Optional[RequestOutput]:
-        """The request's output; None for a request that wants only its final one and is not
-        done (building an output copies its tokens: O(length) a step for nobody)."""
+    def _emit(self, state: RequestState) -> Optional[RequestOutput | RequestDelta]:
         if state.finished:
-            state.metrics.finished_time = time.time()
-            start = state.metrics.inference_start_time or state.metrics.arrival_time
-            state.metrics.model_execute_time = state.metrics.finished_time - start
             del self.requests[state.request_id]
-        elif state.final_output_only:
-            state.skip_output()
-            return None
-        return self.build_output(state)
+        return self.output_processor.emit(state)
 
     # ---- errors --------------------------------------------------------------------------------
     @staticmethod

@@ -98,27 +98,8 @@ class Sequence:
     def append_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
 
-    def check_stop(self, grammar_terminated: bool = False) -> None:
-        """Finish on eos, a stop token, max_tokens, max_model_len or a completed grammar: every
-        finish a token decides (stop strings: the output processor; aborts: the engine)."""
-        params = self.sampling_params
-        num_output = len(self.output_token_ids)
-        token = self.output_token_ids[-1]
-        if num_output >= params.min_tokens:
-            if not params.ignore_eos and token in self.eos_token_ids:
-                self.finish("stop")
-                return
-            if token in params.stop_token_ids:
-                self.finish("stop", stop_reason=token)
-                return
-        if params.max_tokens is not None and num_output >= params.max_tokens:
-            self.finish("length")
-        elif self.num_tokens >= self.max_model_len:
-            self.finish("length")
-        elif grammar_terminated:
-            self.finish("stop")
-
     def finish(self, reason: str, stop_reason: Optional[int | str] = None) -> None:
+        """Mark it finished; why is decided by ``fastllm.engine.output_processor`` alone."""
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.stop_reason = stop_reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastllm import SamplingParams
+from fastllm.engine.output_processor import OutputKind
 
 
 def test_a_final_only_request_gets_one_output_equal_to_the_streamed_last(smollm2_llm):
@@ -10,7 +11,7 @@ def test_a_final_only_request_gets_one_output_equal_to_the_streamed_last(smollm2
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     prompt = "The capital of France is"
     engine.add_request("streamed", prompt, None, params)
-    engine.add_request("final", prompt, None, params, final_output_only=True)
+    engine.add_request("final", prompt, None, params, output_kind=OutputKind.FINAL_ONLY)
     outputs: dict[str, list] = {"streamed": [], "final": []}
     while engine.has_unfinished_requests():
         for output in engine.step():

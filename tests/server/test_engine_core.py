@@ -16,10 +16,9 @@ from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import EngineDeadError
 from fastllm.engine.core_client import EngineCoreClient
 from fastllm.engine.input_processor import RequestError
-from fastllm.engine.output_deltas import DeltaDecoder, DeltaEncoder
-from fastllm.engine.request_state import RequestState, SampleState
+from fastllm.engine.output_deltas import DeltaDecoder
+from fastllm.engine.output_processor import OutputKind, OutputProcessor
 from fastllm.engine.sequence import Sequence
-from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import SamplingParams
 from tests.server.conftest import MODEL, start_server
 
@@ -124,22 +123,34 @@ def test_a_core_that_cannot_start_says_why(tiny_llama_dir):
         EngineCoreClient(EngineConfig(model=tiny_llama_dir, load_format="dummy", max_model_len=4096))
 
 
-def _output(tokens: list[int], text: str, finished: bool = False, reason=None) -> RequestOutput:
-    completion = CompletionOutput(index=0, token_ids=list(tokens), text=text, finish_reason=reason,
-                                  logprobs=[{t: -1.0} for t in tokens])
-    return RequestOutput("r", "p", [1, 2], completion, [completion], finished, RequestMetrics(arrival_time=1.0))
+class _Text:
+    """A detokenizer whose text the test sets."""
+
+    text = ""
 
 
 def test_deltas_rebuild_every_cumulative_output():
-    """Text that a stop string shortens comes back shortened; logprobs and tokens accumulate."""
-    encoder, decoder = DeltaEncoder(), DeltaDecoder("r", 1.0)
-    steps = [_output([3], "Hel"), _output([3, 4], "Hello wo"), _output([3, 4, 5], "Hello", True, "stop")]
-    previous = None
-    for step in steps:
-        rebuilt = decoder.decode(encoder.encode(step))
+    """Text that shrinks comes back shortened; logprobs and tokens accumulate; each output is new."""
+    processor = OutputProcessor(None)
+    states = []
+    for kind in (OutputKind.DELTA, OutputKind.CUMULATIVE):
+        seq = Sequence("r", 0, [1, 2], SamplingParams(max_tokens=4, logprobs=1), frozenset([0]), 64)
+        states.append(processor.new_request("r", "p", [seq], 1.0, True, kind))
+        states[-1].samples[0].detokenizer = _Text()
+    decoder, previous = DeltaDecoder("r", 1.0), None
+    for token, text in ((3, "Hel"), (4, "Hello wo"), (5, "Hello")):
+        for state in states:
+            seq = state.samples[0].seq
+            seq.append_token(token)
+            seq.output_logprobs.append({token: -1.0})
+            state.samples[0].detokenizer.text = text
+            if token == 5:
+                seq.finish("stop", stop_reason=5)
+        rebuilt, step = decoder.decode(processor.emit(states[0]).payload), processor.emit(states[1])
         assert (rebuilt.outputs.token_ids, rebuilt.outputs.text, rebuilt.outputs.logprobs, rebuilt.finished,
-                rebuilt.prompt_token_ids) == (step.outputs.token_ids, step.outputs.text, step.outputs.logprobs,
-                                              step.finished, [1, 2])
+                rebuilt.outputs.send_idx, rebuilt.prompt_token_ids) == (
+            step.outputs.token_ids, step.outputs.text, step.outputs.logprobs, step.finished, step.outputs.send_idx,
+            [1, 2])
         assert previous is None or previous.outputs.token_ids != rebuilt.outputs.token_ids  # a new object each
         previous = rebuilt
     assert previous.outputs.finish_reason == "stop" and previous.metrics.arrival_time == 1.0
@@ -156,22 +167,6 @@ def test_adapter_calls_cross_to_the_core_and_back(core):
     asyncio.run(calls())
 
 
-def test_a_state_encodes_as_its_output_would():
-    """The core encodes a request's state straight away; the delta is the one its output gives."""
-    params = SamplingParams(max_tokens=4, logprobs=1)
-    seq = Sequence("r", 0, [1, 2], params, frozenset([0]), 64)
-    state = RequestState("r", "p", [1, 2], [SampleState(seq, None)], RequestMetrics(arrival_time=1.0))
-    from_state, from_output = DeltaEncoder(), DeltaEncoder()
-    for token in (3, 4, 5):
-        seq.append_token(token)
-        seq.output_logprobs.append({token: -1.0})
-        if token == 5:
-            seq.finish("stop", stop_reason=5)
-        expected = from_output.encode(state.to_output())
-        state.samples[0].send_idx -= 1  # to_output counted the step already
-        assert from_state.encode_state(state) == expected
-
-
 def test_a_stream_closed_before_it_was_read_aborts_its_request(core):
     """``generate`` sends the request at once, so closing its outputs unread must take it back out."""
     async def leave() -> None:
@@ -184,3 +179,23 @@ def test_a_stream_closed_before_it_was_read_aborts_its_request(core):
     asyncio.run(leave())
     wait_core_idle(core, timeout=2)
     assert core.stats.num_free_blocks == core.stats.num_usable_blocks
+
+
+def test_stop_strings_over_the_pipe_end_as_in_process(core, smollm2_llm):
+    """The core's deltas rebuild outputs whose text only grows, and whose last equals the offline engine's."""
+    prompt = "The capital of France is"
+    probe = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    text = smollm2_llm.generate(prompt, probe, use_tqdm=False)[0].outputs.text
+    params = SamplingParams(n=2, temperature=0, max_tokens=12, ignore_eos=True,
+                            stop=[text[len(text) // 2:len(text) // 2 + 4]])
+    offline = smollm2_llm.generate(prompt, params, use_tqdm=False)[0]
+
+    async def collect() -> list:
+        return [output async for output in core.generate("stop", prompt, None, params)]
+
+    streamed = asyncio.run(collect())
+    fields = ("token_ids", "text", "finish_reason", "stop_reason")
+    assert [[getattr(c, f) for f in fields] for c in streamed[-1].completions] == \
+        [[getattr(c, f) for f in fields] for c in offline.completions]
+    assert offline.outputs.finish_reason == "stop" and streamed[-1].finished
+    assert all(offline.completions[c.index].text.startswith(c.text) for o in streamed for c in o.completions)
