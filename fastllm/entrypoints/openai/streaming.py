@@ -44,6 +44,15 @@ async def start_all(streams: list[OutputStream]) -> list[RequestOutput]:
 
 async def merge(firsts: list[RequestOutput], streams: list[OutputStream]) -> AsyncIterator[tuple[int, RequestOutput]]:
     """(prompt index, output) from every stream as they come, starting with the outputs ``start_all`` took."""
+    if len(streams) == 1:  # the common request: read it directly, without a pump task and a queue hop per output
+        try:
+            yield 0, firsts[0]
+            if not firsts[0].finished:
+                async for output in streams[0]:
+                    yield 0, output
+        finally:
+            await streams[0].aclose()
+        return
     queue: asyncio.Queue[tuple[int, RequestOutput | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, first: RequestOutput, stream: OutputStream) -> None:
