@@ -162,6 +162,9 @@ moequant)  # quantized experts: the kernel per format, then batch-1 decode of ea
       --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 \
       $([ $q = none ] || echo --quantization $q) --output-json "$OUT/latency_qwen3_$q.json"
   done
+  step latency_qwen3_fp8_int8head 90 $FASTLLM bench latency --model qwen3-30b-a3b --load-format dummy \
+    --dtype bfloat16 --batch-size 1 --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 \
+    --quantization fp8 --quantize-lm-head --output-json "$OUT/latency_qwen3_fp8_int8head.json"
   ;;
 moethroughput)  # offline 1000 x (1024 in / 256 out) on the A3B MoE models, ERNIE beside HF generate
   # (the HF load and generate follow fastllm's 45-50 s run); Qwen3 with fp8 experts, whose KV room

@@ -8,6 +8,7 @@ from torch import nn
 from fastllm.engine.in_process import engine_model
 from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from fastllm.layers.fused_moe import FusedMoE
+from fastllm.layers.rotary import RotaryEmbedding
 from fastllm.llm import LLM
 
 
@@ -24,7 +25,7 @@ def local_model(llm: LLM) -> tuple[nn.Module | None, int]:
 def _token_shares(model: nn.Module) -> dict[int, float]:
     """The share of a tensor one token reads, where it is not all: ``k / E`` of the routed experts'
     stacked weights, one row of an input embedding table (unless the LM head, which reads all of
-    it, shares it)."""
+    it, shares it), one position row of a rotary cos/sin table."""
     shares: dict[int, float] = {}
     heads = {id(m.weight) for m in model.modules() if isinstance(m, ParallelLMHead)}
     for module in model.modules():
@@ -33,6 +34,8 @@ def _token_shares(model: nn.Module) -> dict[int, float]:
                 shares[id(tensor)] = module.gate.top_k / module.num_experts
         elif type(module) is VocabParallelEmbedding and id(module.weight) not in heads:
             shares[id(module.weight)] = 1 / module.weight.shape[0]
+        elif isinstance(module, RotaryEmbedding):
+            shares[id(module.cos_sin_cache)] = 1 / module.cos_sin_cache.shape[0]
     return shares
 
 

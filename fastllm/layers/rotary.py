@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Optional
@@ -27,8 +28,27 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.T
     return torch.where(medium, smoothed, scaled)
 
 
+_TABLES: "weakref.WeakValueDictionary[tuple, torch.Tensor]" = weakref.WeakValueDictionary()
+"""cos/sin tables by (frequencies, length, device), alive while a module holds one: every layer
+of a model shares one table instead of holding its own (tens of MB each at long context, which
+otherwise come out of the KV cache)."""
+
+
+def _cos_sin_table(inv_freq: torch.Tensor, max_position: int) -> torch.Tensor:
+    """The shared table (a fresh one on the meta device, whose frequencies have no values)."""
+    key = None if inv_freq.is_meta else (tuple(inv_freq.tolist()), max_position, str(inv_freq.device))
+    table = None if key is None else _TABLES.get(key)
+    if table is None:
+        freqs = torch.arange(max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        table = torch.cat([freqs.cos(), freqs.sin()], dim=-1)
+        if key is not None:
+            _TABLES[key] = table
+    return table
+
+
 class RotaryEmbedding(nn.Module):
-    """Rotates query and key by position; the cos/sin table is computed once in float32."""
+    """Rotates query and key by position; the cos/sin table is computed once in float32 and
+    shared by the layers with the same frequencies (read only)."""
 
     def __init__(self, head_dim: int, max_position: int, base: float,
                  scaling: Optional[dict[str, Any]] = None):
@@ -41,9 +61,7 @@ class RotaryEmbedding(nn.Module):
             inv_freq = inv_freq / scaling["factor"]
         elif kind not in ("default", "mrope"):  # mrope: default frequencies, sections in MRotaryEmbedding
             raise ValueError(f"rope scaling {kind!r} is not supported (default, linear, llama3 are)")
-        freqs = torch.arange(max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
-        self.register_buffer("cos_sin_cache", torch.cat([freqs.cos(), freqs.sin()], dim=-1),
-                             persistent=False)
+        self.register_buffer("cos_sin_cache", _cos_sin_table(inv_freq, max_position), persistent=False)
         self.kernels = current_kernels()
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):

@@ -37,3 +37,15 @@ def test_a_token_reads_its_k_experts_and_one_embedding_row():
     model["head"].weight = model["embed"].weight  # tied: the LM head reads the whole table
     assert num_parameters(model) == vocab * hidden + router + routed * top_k // experts
     assert weight_bytes(model) == 4 * num_parameters(model)
+
+
+def test_layers_share_one_rotary_table_and_a_token_reads_one_row():
+    from fastllm.layers.rotary import RotaryEmbedding
+
+    layers = nn.ModuleList(RotaryEmbedding(8, 64, 10000.0) for _ in range(3))
+    other = RotaryEmbedding(8, 64, 500.0)
+    assert all(layer.cos_sin_cache is layers[0].cos_sin_cache for layer in layers)
+    assert other.cos_sin_cache is not layers[0].cos_sin_cache
+    freqs = torch.arange(64, dtype=torch.float32)[:, None] / 10000.0 ** (torch.arange(0, 8, 2) / 8)[None, :]
+    torch.testing.assert_close(layers[1].cos_sin_cache, torch.cat([freqs.cos(), freqs.sin()], dim=-1))
+    assert weight_bytes(layers) == 4 * 8  # one float32 row of the one shared table
