@@ -32,7 +32,13 @@ class Layout:
 _layout = Layout()
 
 
-def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False) -> None:
+def expert_all_to_all_cut() -> int:
+    """``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS``, read on the driver: every rank must take the same path."""
+    return int(os.environ.get("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS", Layout.expert_all_to_all_min_tokens))
+
+
+def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False,
+               expert_all_to_all_min_tokens: int = Layout.expert_all_to_all_min_tokens) -> None:
     """Record the split and, under pipeline parallelism, make each stage's tensor-parallel group
     (every rank creates every group, in the same order)."""
     global _layout
@@ -44,8 +50,7 @@ def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_pa
             if dist.get_rank() in ranks:
                 group = created
     _layout = Layout(tensor_parallel_size, pipeline_parallel_size, group, expert_parallel,
-                     expert_all_to_all_min_tokens=int(os.environ.get("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS",
-                                                                    Layout.expert_all_to_all_min_tokens)))
+                     expert_all_to_all_min_tokens=expert_all_to_all_min_tokens)
 
 
 def set_fast_all_reduce(reduce: Optional["SymmetricAllReduce"]) -> None:

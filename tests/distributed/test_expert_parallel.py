@@ -18,7 +18,7 @@ from tests.models.tiny_checkpoints import ARCHITECTURES, save_tiny_checkpoint
                                                     ("ernie4_5_moe", True), ("qwen3_moe", True)])
 def test_expert_parallel_2_matches_hf(model_type, all_to_all, tmp_path, monkeypatch):
     dispatches = []
-    if all_to_all:  # every step, decode included (the workers inherit the environment)
+    if all_to_all:  # every step, decode included (read on the driver, handed to the workers)
         monkeypatch.setenv("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS", "0")
         dispatch = fused_moe.dispatch_combine
         monkeypatch.setattr(fused_moe, "dispatch_combine",
