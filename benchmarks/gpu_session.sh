@@ -209,6 +209,9 @@ tpspeed)  # two GPUs in one short lease, most wanted first: all-reduce by size, 
   step throughput_tp1 50 $FASTLLM $TPUT --output-json "$OUT/throughput_tp1.json"
   step throughput_tp2 55 $FASTLLM $TPUT -tp 2 --tp-cuda-graphs --output-json "$OUT/throughput_tp2.json"
   step moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
+  # EP=2 with the all-reduce at every size (no all-to-all): the default's prefill against it
+  step moe_ep2_allreduce 60 env FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS=1000000000 $FASTLLM $MOE --enable-expert-parallel \
+    --output-json "$OUT/moe_ep2_allreduce.json"
   step moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
   step throughput_dp2 60 $FASTLLM $TPUT -dp 2 --output-json "$OUT/throughput_dp2.json"
   step latency_tp2_nccl 60 env FASTLLM_SYMM_MEM_ALL_REDUCE=0 $FASTLLM $LAT -tp 2 --tp-cuda-graphs
@@ -256,6 +259,8 @@ lanes4)  # four GPUs, disjoint pairs at once: Llama-3-8B TP=1 / TP=2 batch 1, TP
      tests/distributed/test_pipeline_parallel.py -k "micro_batches or split_step") &
   (export CUDA_VISIBLE_DEVICES=2,3
    lane moe_ep2 60 $FASTLLM $MOE --enable-expert-parallel --output-json "$OUT/moe_ep2.json"
+   lane moe_ep2_a2a 60 env FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS=0 $FASTLLM $MOE --enable-expert-parallel \
+     --output-json "$OUT/moe_ep2_a2a.json"
    lane moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json") &
   wait
   collect  # the lanes' last ones may have raced

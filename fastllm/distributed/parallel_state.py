@@ -7,6 +7,7 @@ stage ``r // tp``, so rank 0 (the driver) sits in the first stage.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
@@ -24,12 +25,20 @@ class Layout:
     tp_group: Optional[dist.ProcessGroup] = None  # None: the default group (no pipeline)
     expert_parallel: bool = False  # MoE experts placed whole over the tensor-parallel ranks
     fast_all_reduce: Optional["SymmetricAllReduce"] = None  # for the tensors it fits
+    # expert parallelism dispatches steps of at least this many tokens by all-to-all
+    expert_all_to_all_min_tokens: int = 512
 
 
 _layout = Layout()
 
 
-def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False) -> None:
+def expert_all_to_all_cut() -> int:
+    """``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS``, read on the driver: every rank must take the same path."""
+    return int(os.environ.get("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS", Layout.expert_all_to_all_min_tokens))
+
+
+def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False,
+               expert_all_to_all_min_tokens: int = Layout.expert_all_to_all_min_tokens) -> None:
     """Record the split and, under pipeline parallelism, make each stage's tensor-parallel group
     (every rank creates every group, in the same order)."""
     global _layout
@@ -40,7 +49,8 @@ def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_pa
             created = dist.new_group(ranks)
             if dist.get_rank() in ranks:
                 group = created
-    _layout = Layout(tensor_parallel_size, pipeline_parallel_size, group, expert_parallel)
+    _layout = Layout(tensor_parallel_size, pipeline_parallel_size, group, expert_parallel,
+                     expert_all_to_all_min_tokens=expert_all_to_all_min_tokens)
 
 
 def set_fast_all_reduce(reduce: Optional["SymmetricAllReduce"]) -> None:
@@ -73,6 +83,15 @@ def ep_size() -> int:
 
 def ep_rank() -> int:
     return tp_rank() if _layout.expert_parallel else 0
+
+
+def use_expert_all_to_all(tokens: int) -> bool:
+    """Whether an expert-parallel MoE layer dispatches this step's ``tokens`` by all-to-all
+    (``fastllm.distributed.expert_dispatch``) rather than running every replicated token's local
+    routes and all-reducing. Small steps keep the all-reduce: one message, no host sync, and
+    capturable in a CUDA graph. ``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS`` sets the cut (0: always)."""
+    return (ep_size() > 1 and tokens >= _layout.expert_all_to_all_min_tokens
+            and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()))
 
 
 def pp_size() -> int:

@@ -13,7 +13,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from fastllm.distributed.parallel_state import reset_layout, set_fast_all_reduce, set_layout, tp_group
+from fastllm.distributed.parallel_state import Layout, reset_layout, set_fast_all_reduce, set_layout, tp_group
 from fastllm.platforms.symmetric_all_reduce import symmetric_all_reduce
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
@@ -38,10 +38,12 @@ def cpu_threads_per_rank(world_size: int) -> int:
 
 
 def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: str,
-                         device: torch.device, pipeline_parallel_size: int = 1, expert_parallel: bool = False) -> None:
+                         device: torch.device, pipeline_parallel_size: int = 1, expert_parallel: bool = False,
+                         expert_all_to_all_min_tokens: int = Layout.expert_all_to_all_min_tokens) -> None:
     """Join the default group as ``rank`` on ``device``; blocks until all ranks have joined.
     ``world_size`` is tensor x pipeline parallel size (see ``parallel_state`` for the layout);
-    ``expert_parallel`` places MoE experts whole over each stage's tensor-parallel ranks.
+    ``expert_parallel`` places MoE experts whole over each stage's tensor-parallel ranks, and
+    dispatches steps of ``expert_all_to_all_min_tokens`` or more by all-to-all.
 
     A CPU rank also narrows itself to its share of the cores (``cpu_threads_per_rank``).
     """
@@ -54,7 +56,8 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
         torch.set_num_threads(cpu_threads_per_rank(world_size))
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                             device_id=None if device.type == "cpu" else device)
-    set_layout(world_size // pipeline_parallel_size, pipeline_parallel_size, expert_parallel)
+    set_layout(world_size // pipeline_parallel_size, pipeline_parallel_size, expert_parallel,
+               expert_all_to_all_min_tokens)
     if world_size > pipeline_parallel_size:
         set_fast_all_reduce(symmetric_all_reduce(tp_group(), device))
 

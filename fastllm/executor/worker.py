@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 import signal
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
@@ -18,7 +18,7 @@ import torch
 
 from fastllm import registry
 from fastllm.config import EngineConfig
-from fastllm.distributed.parallel_state import broadcast_input_ids
+from fastllm.distributed.parallel_state import broadcast_input_ids, expert_all_to_all_cut
 from fastllm.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
 from fastllm.worker.model_runner import ModelRunner
 from fastllm.executor.step_wire import Wire, decode_forward
@@ -41,6 +41,8 @@ class WorkerSpec:
     loader: Any
     dtype: torch.dtype
     device_index: Optional[int] = None  # None: the rank (every rank on this host)
+    # the driver's cut, so that ranks on other nodes (Ray) take the same path
+    expert_all_to_all_min_tokens: int = field(default_factory=expert_all_to_all_cut)
 
 
 class Worker:
@@ -53,7 +55,8 @@ class Worker:
         self.platform = registry.get("platforms", spec.platform_name)()
         self.config = spec.config
         init_tensor_parallel(spec.rank, spec.world_size, spec.init_method, spec.backend, self.platform.device,
-                             spec.config.pipeline_parallel_size, spec.config.enable_expert_parallel)
+                             spec.config.pipeline_parallel_size, spec.config.enable_expert_parallel,
+                             spec.expert_all_to_all_min_tokens)
         self.runner = ModelRunner(spec.config, spec.hf_config, self.platform, spec.loader, spec.dtype)
         self.hidden: Optional[torch.Tensor] = None
 

@@ -47,7 +47,8 @@ class WorkerGroup:
             self.gather()  # every worker got past its imports: joining the group cannot wait on a corpse
             first = specs[0]
             init_tensor_parallel(0, first.world_size, first.init_method, first.backend, device,
-                                 first.config.pipeline_parallel_size, first.config.enable_expert_parallel)
+                                 first.config.pipeline_parallel_size, first.config.enable_expert_parallel,
+                                 first.expert_all_to_all_min_tokens)
         except BaseException:
             self.shutdown()
             raise

@@ -7,9 +7,11 @@ one tensor: ``w13 [E, 2 * I, H]`` (each expert's gate rows, then its up rows) an
 ``w2 [E, H, I]``. Tensor parallelism shards every expert's intermediate dimension (w13 by
 rows, w2 by columns) and sums the ranks' partial outputs once, after the weighted combine.
 Expert parallelism (``enable_expert_parallel``) is a placement instead: each tensor-parallel
-rank holds ``E / ranks`` experts whole (``expert_ids``, the only ones the loader fills), runs
-every token's routes to them, and the same sum adds the ranks' parts (every rank sees every
-token, so no all-to-all is needed).
+rank holds ``E / ranks`` experts whole (``expert_ids``, the only ones the loader fills). Small
+steps run every replicated token's routes to the local experts and the same sum adds the ranks'
+parts; steps of many tokens split the tokens over the ranks, send each only to the ranks holding
+its experts and back (``fastllm.distributed.expert_dispatch``), and gather the rows again
+(``parallel_state.use_expert_all_to_all`` picks).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastllm.distributed.parallel_state import all_reduce, ep_rank, ep_size, tp_rank, tp_size
+from fastllm.distributed.expert_dispatch import all_gather_rows, dispatch_combine, token_share
+from fastllm.distributed.parallel_state import (all_reduce, ep_rank, ep_size, tp_group, tp_rank, tp_size,
+                                                use_expert_all_to_all)
 from fastllm.layers.fused import current_kernels
 
 ACTIVATIONS = {"silu": F.silu}
@@ -192,15 +196,30 @@ class FusedMoE(nn.Module):
         self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        topk_weights, topk_ids = self.gate(hidden)
-        if self.expert_map is not None:
-            topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
-        out = all_reduce(fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation,
-                                       self.w13_scale, self.w2_scale, self.kernels, self.w13_zero, self.w2_zero,
-                                       self.book))
+        if use_expert_all_to_all(hidden.shape[0]):
+            out = self._routed_all_to_all(hidden)
+        else:
+            topk_weights, topk_ids = self.gate(hidden)
+            if self.expert_map is not None:
+                topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
+            out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids))
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out
+
+    def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor,
+                       topk_ids: torch.Tensor) -> torch.Tensor:
+        """Routes given as indices into this rank's experts, weighted and summed."""
+        return fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation, self.w13_scale,
+                             self.w2_scale, self.kernels, self.w13_zero, self.w2_zero, self.book)
+
+    def _routed_all_to_all(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Expert parallelism by all-to-all: this rank routes its share of the replicated tokens,
+        dispatches them to the experts' ranks, and the shares are gathered back on every rank."""
+        share = hidden[token_share(hidden.shape[0], ep_rank(), ep_size())]
+        topk_weights, topk_ids = self.gate(share)
+        out = dispatch_combine(share, topk_weights, topk_ids, len(self.expert_ids), self._local_experts, tp_group())
+        return all_gather_rows(out, hidden.shape[0], tp_group())
 
     # ---- loading ----------------------------------------------------------------------------
     def checkpoint_shapes(self, param: nn.Parameter) -> list[tuple[object, tuple[int, ...]]]:

@@ -1,10 +1,12 @@
 """Expert parallelism over gloo: each of two ranks holds half the experts whole, and greedy
-decoding equals transformers' on the same tiny MoE checkpoint (as TP=1 and TP=2 do)."""
+decoding equals transformers' on the same tiny MoE checkpoint (as TP=1 and TP=2 do), whether
+the routed experts' parts are all-reduced or every step goes through the all-to-all."""
 
 from __future__ import annotations
 
 import pytest
 
+import fastllm.layers.fused_moe as fused_moe
 from fastllm import LLM
 from fastllm.layers.fused_moe import FusedMoE
 from tests.conftest import hf_greedy
@@ -12,8 +14,15 @@ from tests.models.test_moe_equivalence import MAX_NEW, PROMPTS, _greedy, _tokens
 from tests.models.tiny_checkpoints import ARCHITECTURES, save_tiny_checkpoint
 
 
-@pytest.mark.parametrize("model_type", ["ernie4_5_moe"])  # routed and shared experts
-def test_expert_parallel_2_matches_hf(model_type, tmp_path):
+@pytest.mark.parametrize("model_type,all_to_all", [("ernie4_5_moe", False),  # routed and shared experts
+                                                    ("ernie4_5_moe", True), ("qwen3_moe", True)])
+def test_expert_parallel_2_matches_hf(model_type, all_to_all, tmp_path, monkeypatch):
+    dispatches = []
+    if all_to_all:  # every step, decode included (read on the driver, handed to the workers)
+        monkeypatch.setenv("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS", "0")
+        dispatch = fused_moe.dispatch_combine
+        monkeypatch.setattr(fused_moe, "dispatch_combine",
+                            lambda *args: dispatches.append(1) or dispatch(*args))  # counted on rank 0
     folder, model = save_tiny_checkpoint(model_type, tmp_path)
     expected = [hf_greedy(model, p, MAX_NEW) for p in PROMPTS]
     llm = LLM(folder, dtype="float32", tensor_parallel_size=2, enable_expert_parallel=True,
@@ -25,6 +34,7 @@ def test_expert_parallel_2_matches_hf(model_type, tmp_path):
         assert layers and all(m.expert_ids == list(range(experts // 2)) for m in layers)  # rank 0's half
         assert all(m.w13.shape[:2] == (experts // 2, 2 * moe_size) for m in layers)  # whole, not sliced
         assert _tokens(_greedy(llm, PROMPTS)) == expected
+        assert bool(dispatches) == all_to_all
     finally:
         llm.shutdown()
 

@@ -1,0 +1,76 @@
+"""All-to-all dispatch and combine for expert parallelism.
+
+Each rank hands every token it owns only to the ranks that hold one of its top-k experts (once
+per rank, whatever the number of its routes there), those ranks run their experts on the rows
+they received, and send the weighted results back to the token's rank, which sums them. Split
+sizes travel first (one small exchange, read on the host), so the step cannot be captured in a
+CUDA graph; ``FusedMoE`` takes this path for steps of many tokens and keeps the all-reduce of
+replicated tokens for small ones (``parallel_state.use_expert_all_to_all``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+# rows [n, H], weights [n, k] float32, local expert ids [n, k] -> weighted sums [n, H]
+ExpertRunner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def exchange_rows(rows: torch.Tensor, send_counts: list[int], recv_counts: list[int],
+                  group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    """Rank ``r`` gets the ``send_counts[r]`` rows after the earlier ranks' ones; the result holds
+    ``recv_counts[r]`` rows from each rank ``r``, in rank order."""
+    received = rows.new_empty((sum(recv_counts),) + tuple(rows.shape[1:]))
+    dist.all_to_all_single(received, rows.contiguous(), recv_counts, send_counts, group=group)
+    return received
+
+
+def dispatch_combine(hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                     experts_per_rank: int, run_experts: ExpertRunner,
+                     group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    """``hidden [t, H]`` (this rank's tokens) through their routes to experts placed
+    ``experts_per_rank`` a rank (rank ``r`` holds global experts ``r * experts_per_rank ...``).
+
+    A token sent to a rank carries all ``k`` route slots, those to experts elsewhere with weight 0
+    on local expert 0, so the grouped kernel keeps its fixed ``[n, k]`` shape.
+    """
+    ranks = dist.get_world_size(group)
+    owner = topk_ids // experts_per_rank
+    sends = torch.zeros(hidden.shape[0], ranks, dtype=torch.bool, device=hidden.device)
+    sends.scatter_(1, owner, True)
+    dest, token = sends.t().nonzero(as_tuple=True)  # grouped by destination rank, as the exchange wants
+    send_counts = sends.sum(0)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts, group=group)
+    send_splits, recv_splits = send_counts.tolist(), recv_counts.tolist()
+    there = owner[token] == dest[:, None]
+    weights = topk_weights[token].float().masked_fill(~there, 0.0)
+    local_ids = (topk_ids[token] - dest[:, None] * experts_per_rank).masked_fill(~there, 0)
+    rows = exchange_rows(hidden[token], send_splits, recv_splits, group)
+    # weights and ids in one float32 exchange (expert ids are far below float32's exact 2**24)
+    routes = exchange_rows(torch.cat((weights, local_ids.float()), dim=1), send_splits, recv_splits, group)
+    k = topk_ids.shape[1]
+    results = run_experts(rows, routes[:, :k], routes[:, k:].long()) if rows.shape[0] else rows
+    returned = exchange_rows(results, recv_splits, send_splits, group)
+    return torch.zeros_like(hidden).index_add_(0, token, returned.to(hidden.dtype))
+
+
+def token_share(total: int, rank: int, ranks: int) -> slice:
+    """The contiguous rows of ``total`` replicated tokens that ``rank`` dispatches (the last
+    ranks' shares may be short or empty)."""
+    chunk = -(-total // ranks)
+    return slice(min(total, rank * chunk), min(total, (rank + 1) * chunk))
+
+
+def all_gather_rows(part: torch.Tensor, total: int, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    """Every rank's ``token_share`` rows joined back into ``[total, ...]`` on every rank."""
+    ranks = dist.get_world_size(group)
+    chunk = -(-total // ranks)
+    padded = part.new_zeros((chunk,) + tuple(part.shape[1:]))
+    padded[:part.shape[0]] = part
+    parts = [torch.empty_like(padded) for _ in range(ranks)]
+    dist.all_gather(parts, padded, group=group)
+    return torch.cat(parts)[:total]
