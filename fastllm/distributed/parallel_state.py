@@ -25,20 +25,22 @@ class Layout:
     tp_group: Optional[dist.ProcessGroup] = None  # None: the default group (no pipeline)
     expert_parallel: bool = False  # MoE experts placed whole over the tensor-parallel ranks
     fast_all_reduce: Optional["SymmetricAllReduce"] = None  # for the tensors it fits
-    # expert parallelism dispatches steps of at least this many tokens by all-to-all
-    expert_all_to_all_min_tokens: int = 512
+    # expert parallelism dispatches steps of at least this many tokens by all-to-all (None: never)
+    expert_all_to_all_min_tokens: Optional[int] = None
 
 
 _layout = Layout()
 
 
-def expert_all_to_all_cut() -> int:
-    """``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS``, read on the driver: every rank must take the same path."""
-    return int(os.environ.get("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS", Layout.expert_all_to_all_min_tokens))
+def expert_all_to_all_cut() -> Optional[int]:
+    """``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS``, read on the driver: every rank must take the same path.
+    Unset: the all-reduce at every size (the all-to-all has not yet run to the end of a GPU benchmark)."""
+    cut = os.environ.get("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS")
+    return None if cut is None else int(cut)
 
 
 def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False,
-               expert_all_to_all_min_tokens: int = Layout.expert_all_to_all_min_tokens) -> None:
+               expert_all_to_all_min_tokens: Optional[int] = Layout.expert_all_to_all_min_tokens) -> None:
     """Record the split and, under pipeline parallelism, make each stage's tensor-parallel group
     (every rank creates every group, in the same order)."""
     global _layout
@@ -89,8 +91,9 @@ def use_expert_all_to_all(tokens: int) -> bool:
     """Whether an expert-parallel MoE layer dispatches this step's ``tokens`` by all-to-all
     (``fastllm.distributed.expert_dispatch``) rather than running every replicated token's local
     routes and all-reducing. Small steps keep the all-reduce: one message, no host sync, and
-    capturable in a CUDA graph. ``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS`` sets the cut (0: always)."""
-    return (ep_size() > 1 and tokens >= _layout.expert_all_to_all_min_tokens
+    capturable in a CUDA graph. ``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS`` sets the cut (0: always; unset: never)."""
+    cut = _layout.expert_all_to_all_min_tokens
+    return (ep_size() > 1 and cut is not None and tokens >= cut
             and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()))
 
 

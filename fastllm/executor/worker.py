@@ -42,7 +42,7 @@ class WorkerSpec:
     dtype: torch.dtype
     device_index: Optional[int] = None  # None: the rank (every rank on this host)
     # the driver's cut, so that ranks on other nodes (Ray) take the same path
-    expert_all_to_all_min_tokens: int = field(default_factory=expert_all_to_all_cut)
+    expert_all_to_all_min_tokens: Optional[int] = field(default_factory=expert_all_to_all_cut)
 
 
 class Worker:
