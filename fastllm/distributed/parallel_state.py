@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Optional
 import torch
 import torch.distributed as dist
 
+from fastllm.platforms.cuda_graphs import stream_capturing
+
 if TYPE_CHECKING:
     from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
 
@@ -94,7 +96,7 @@ def use_expert_all_to_all(tokens: int) -> bool:
     capturable in a CUDA graph. ``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS`` sets the cut (0: always; unset: never)."""
     cut = _layout.expert_all_to_all_min_tokens
     return (ep_size() > 1 and cut is not None and tokens >= cut
-            and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()))
+            and not stream_capturing())
 
 
 def pp_size() -> int:

@@ -27,6 +27,13 @@ import torch
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.platforms.transfer import to_device
 
+
+def stream_capturing() -> bool:
+    """Whether a CUDA graph is being captured on the current stream (False without CUDA): work
+    that syncs with the host, such as an all-to-all's split sizes, must not run then."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 logger = logging.getLogger(__name__)
 # Larger verification batches are dense enough that launches hide behind the computation.
 MAX_VERIFY_BATCH = 16
