@@ -42,7 +42,7 @@ def expert_all_to_all_cut() -> Optional[int]:
 
 
 def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_parallel: bool = False,
-               expert_all_to_all_min_tokens: Optional[int] = Layout.expert_all_to_all_min_tokens) -> None:
+               expert_all_to_all_min_tokens: Optional[int] = None) -> None:
     """Record the split and, under pipeline parallelism, make each stage's tensor-parallel group
     (every rank creates every group, in the same order)."""
     global _layout

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from fastllm.distributed.parallel_state import Layout, reset_layout, set_fast_all_reduce, set_layout, tp_group
+from fastllm.distributed.parallel_state import reset_layout, set_fast_all_reduce, set_layout, tp_group
 from fastllm.platforms.symmetric_all_reduce import symmetric_all_reduce
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
@@ -40,7 +40,7 @@ def cpu_threads_per_rank(world_size: int) -> int:
 
 def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: str,
                          device: torch.device, pipeline_parallel_size: int = 1, expert_parallel: bool = False,
-                         expert_all_to_all_min_tokens: Optional[int] = Layout.expert_all_to_all_min_tokens) -> None:
+                         expert_all_to_all_min_tokens: Optional[int] = None) -> None:
     """Join the default group as ``rank`` on ``device``; blocks until all ranks have joined.
     ``world_size`` is tensor x pipeline parallel size (see ``parallel_state`` for the layout);
     ``expert_parallel`` places MoE experts whole over each stage's tensor-parallel ranks, and

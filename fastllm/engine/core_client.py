@@ -26,7 +26,6 @@ from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.llm_engine import load_model_files
 from fastllm.engine.output_deltas import DeltaDecoder, decode_error, is_last
 from fastllm.engine.stats import EngineStats
-from fastllm.outputs import RequestOutput
 from fastllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("fastllm")

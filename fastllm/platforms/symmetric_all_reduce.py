@@ -49,12 +49,12 @@ class SymmetricAllReduce:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         nbytes = x.numel() * x.element_size()
         staged = self.buffer[:nbytes].view(x.dtype)
-        if nbytes <= self.one_shot_max_bytes:
-            if _ONE_SHOT_COPY is not None:  # stages the input in the reducing kernel: one launch, not two
-                return _ONE_SHOT_COPY(staged, x.reshape(-1), "sum", self.group_name).view_as(x)
-            staged.copy_(x.reshape(-1))
-            return torch.ops.symm_mem.one_shot_all_reduce(staged, "sum", self.group_name).view_as(x)
+        one_shot = nbytes <= self.one_shot_max_bytes
+        if one_shot and _ONE_SHOT_COPY is not None:  # stages the input in the reducing kernel: one launch, not two
+            return _ONE_SHOT_COPY(staged, x.reshape(-1), "sum", self.group_name).view_as(x)
         staged.copy_(x.reshape(-1))
+        if one_shot:
+            return torch.ops.symm_mem.one_shot_all_reduce(staged, "sum", self.group_name).view_as(x)
         torch.ops.symm_mem.two_shot_all_reduce_(staged, "sum", self.group_name)
         return x.copy_(staged.view_as(x))
 
