@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, big4, lanes4)
+#   moe, moedecode, moeprofile, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -150,6 +150,12 @@ moedecode)  # batch-1 decode of the two A3B MoE models against their active-weig
   for M in ernie-4.5-21b-a3b qwen3-30b-a3b; do
     step "latency_$M" 90 $FASTLLM bench latency --model $M --load-format dummy --dtype bfloat16 --batch-size 1 \
       --input-len 128 --output-len 256 --num-iters 2 --max-num-seqs 16 --output-json "$OUT/latency_$M.json"
+  done
+  ;;
+moeprofile)  # batch-1 decode of the A3B MoE models, bf16 and fp8, each with its kernel profile
+  for M in qwen3-30b-a3b ernie-4.5-21b-a3b; do
+    TAIL=70 step "profile_$M" 200 $PY benchmarks/quant_decode.py --model $M --methods bf16 fp8 --throughput-methods \
+      --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 --out "$OUT/profile_$M.json"
   done
   ;;
 moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call

@@ -124,7 +124,7 @@ def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
 def measure(args: argparse.Namespace, method: str) -> dict:
     """One engine's numbers; the engine is gone (and its GPU memory free) when this returns."""
     start = time.perf_counter()
-    llm = build(args, method, max_num_seqs=256)
+    llm = build(args, method, max_num_seqs=args.max_num_seqs)
     row: dict = {"load_s": round(time.perf_counter() - start, 1),  # quantizing included
                  "weight_gib": round(weight_bytes(engine_model(llm)) / 2**30, 2)}
     if method in args.methods:
@@ -149,6 +149,8 @@ def main() -> None:
     parser.add_argument("-tp", "--tensor-parallel-size", type=int, default=1,
                         help="profiles rank 0's device: its kernels, collectives and waits for the other ranks")
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--max-num-seqs", type=int, default=256,
+                        help="fewer: fewer CUDA graphs to capture when only batch 1 is wanted")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode-tokens", type=int, default=128)
     parser.add_argument("--decode-repeats", type=int, default=3,
