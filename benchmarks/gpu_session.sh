@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -156,6 +156,16 @@ moeprofile)  # batch-1 decode of the A3B MoE models, bf16 and fp8, each with its
   for M in qwen3-30b-a3b ernie-4.5-21b-a3b; do
     TAIL=70 step "profile_$M" 200 $PY benchmarks/quant_decode.py --model $M --methods bf16 fp8 --throughput-methods \
       --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 --out "$OUT/profile_$M.json"
+  done
+  ;;
+moetiles)  # the MoE kernels' GPU tests, then Qwen3-30B-A3B's decode tiles (bf16, fp8) and the layer at batch 1
+  TAIL=5 step moe_tests 120 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py \
+    kernels/tests/test_moe_routing.py tests/layers/test_fused_ops.py -k "not greedy"
+  for fmt in model fp8; do
+    TAIL=12 step "moe_sweep_$fmt" 90 $PY kernels/bench_fused_moe.py --sweep --experts $fmt --models qwen3-30b-a3b \
+      --tokens 1 2
+    step "moe_layer_$fmt" 60 $PY kernels/bench_fused_moe.py --experts $fmt --models qwen3-30b-a3b ernie-4.5-21b-a3b \
+      --tokens 1 16 --csv "$OUT/fused_moe_$fmt.csv"
   done
   ;;
 moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call

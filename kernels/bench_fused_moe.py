@@ -142,9 +142,10 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
-        per_pair = x.new_empty(tokens * top_k, hidden)
         defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
+        sum_pairs = top_k if one_pair else 1  # one pair a block: the down GEMM sums a token's pairs
+        down_out = x.new_empty(tokens * top_k // sum_pairs, hidden)
 
         def blocks_for(tiling):
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
@@ -152,8 +153,8 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
                                                     **gate_up_format), defaults[0]),
-                 "down": (lambda t: grouped_gemm(act, w2, per_pair, blocks_for(t), t, 1, False, topk_weights.view(-1),
-                                                 **down_format), defaults[1])}
+                 "down": (lambda t: grouped_gemm(act, w2, down_out, blocks_for(t), t, 1, False, topk_weights.view(-1),
+                                                 sum_pairs=sum_pairs, **down_format), defaults[1])}
         for gemm, (run, default) in gemms.items():
             timings, best = fastest(run, default, candidates)
             rows.append({"model": name, "experts": experts_format, "tokens": tokens, "gemm": gemm,

@@ -138,6 +138,8 @@ class TopKRouter(nn.Module):
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
         if self.float32_logits:
             logits = F.linear(hidden.float(), self.weight.float())
+        elif self.kernels is not None:  # a dependent-launch GEMV at batch 1, not a two-block BLAS call
+            logits = self.kernels.linear(hidden, self.weight)
         else:
             logits = F.linear(hidden, self.weight)
         if self.kernels is not None and hasattr(self.kernels, "topk_softmax"):

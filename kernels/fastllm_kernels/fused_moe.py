@@ -6,7 +6,10 @@ grouped GEMM launches: gate and up in one (the SiLU-and-mul applied to the accum
 the ``[pairs, 2I]`` projection is never stored), and down, scaled by the pair's routing
 weight. Each program reads only its expert's weights: at decode only the routed experts' bytes
 move. The k rows of a token are summed by one reduction, in a fixed order (deterministic,
-unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes).
+unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes). At decode
+(one pair a block) the down GEMM sums them itself: the k programs of a token's column tile park
+their rows, and the last to arrive adds them in slot order (``weight_gemm``'s split-K epilogue),
+so no reduction launch follows.
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
@@ -23,6 +26,7 @@ import triton.language as tl
 
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
+from fastllm_kernels.quant.weight_gemm import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
 
 MAX_ALIGN_PAIRS = 4096
 """Pairs the one-program alignment kernel sorts in registers (decode and small batches, where
@@ -197,8 +201,9 @@ def _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8: tl.constexpr, FOU
 @triton.jit
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
-    N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om, up_rows,
-    ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
+    ws_ptr, lock_ptr, N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
+    up_rows, ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
+    SUM_PAIRS: tl.constexpr,
     FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
@@ -207,7 +212,8 @@ def _grouped_gemm_kernel(
     ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
     ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
     store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream).
-    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding. Quantized W (``_weight_tile``):
+    ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding; with ``SUM_PAIRS`` (k) > 1 the
+    output row is the pair's token, the sum of its k pairs. Quantized W (``_weight_tile``):
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
     each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot."""
     wait_for_inputs(PDL)
@@ -257,8 +263,14 @@ def _grouped_gemm_kernel(
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if WEIGHTED:
         acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
-    out_ptrs = out_ptr + pairs[:, None] * stride_om + cols[None, :]
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
+    if SUM_PAIRS > 1:  # rows past 0 are zero; the token's slot is this program's K split
+        token = pid_m // SUM_PAIRS
+        write_split_output(tl.sum(acc, 0)[None, :], token + tl.arange(0, 1), cols, num_pairs // SUM_PAIRS, N,
+                           out_ptr, stride_om, ws_ptr, lock_ptr, token * n_tiles + pid_n, pid_m % SUM_PAIRS,
+                           SUM_PAIRS)
+    else:
+        out_ptrs = out_ptr + pairs[:, None] * stride_om + cols[None, :]
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
 
 
 def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tensor | None,
@@ -289,22 +301,27 @@ def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tens
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
                  rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
                  w_scale: torch.Tensor | None = None, w_zero: torch.Tensor | None = None,
-                 book: torch.Tensor | None = None) -> torch.Tensor:
+                 book: torch.Tensor | None = None, sum_pairs: int = 1) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
     (twice N gated), K]`` (a's dtype, or quantized: ``_weight_format``); rows of ``a`` are tokens
-    (``rows_per_a`` = k) or pairs (1)."""
+    (``rows_per_a`` = k) or pairs (1). ``sum_pairs`` = k (one pair a block only): ``out [tokens,
+    N]``, each token's k pairs summed."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
+    if sum_pairs > 1 and blocks.block_m is not None:
+        raise ValueError("pairs are summed in the GEMM only one pair a block")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
     w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
     grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
+    workspace, counters = scratch(a.device)
     _grouped_gemm_kernel[grid](
         a_ptr=a, w_ptr=w, out_ptr=out, sorted_ptr=blocks.sorted_pairs, expert_ids_ptr=blocks.expert_ids,
         num_padded_ptr=blocks.num_padded, topk_w_ptr=out if topk_weights is None else topk_weights,
-        N=n, K=k, num_pairs=out.shape[0], num_blocks=blocks.num_blocks, stride_am=a.stride(0), stride_we=w.stride(0),
-        stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a,
+        ws_ptr=workspace, lock_ptr=counters, N=n, K=k, num_pairs=out.shape[0] * sum_pairs,
+        num_blocks=blocks.num_blocks, stride_am=a.stride(0), stride_we=w.stride(0),
+        stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
         ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
         PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
@@ -342,9 +359,14 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
     act = hidden.new_empty((num_pairs, inner))
     grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale, **formats[0])
+    weights = topk_weights.reshape(-1)
+    if blocks.block_m is None and top_k * hidden.numel() <= WORKSPACE_FLOATS and (
+            tokens * triton.cdiv(hidden.shape[1], down.block_n) <= TILE_COUNTERS):
+        return grouped_gemm(act, w2, torch.empty_like(hidden), blocks, down, 1, gated=False, topk_weights=weights,
+                            w_scale=w2_scale, sum_pairs=top_k, **formats[1])
     if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
     per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
-    grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=topk_weights.reshape(-1),
-                 w_scale=w2_scale, **formats[1])
+    grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=weights, w_scale=w2_scale,
+                 **formats[1])
     return per_pair.view(tokens, top_k, -1).sum(dim=1)

@@ -52,7 +52,7 @@ class WeightFormat:
 
 
 @triton.jit
-def _write_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k,
+def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k,
                   SPLIT_K: tl.constexpr):
     """Store ``acc [R, C]`` (fp32), or, split along K, park it and let the last split add them all."""
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -194,7 +194,7 @@ def _gemv_kernel(
     out = tl.sum(acc, axis=1)
     if BITS == 8 and not DENSE:
         out *= tl.load(s_ptr + rows).to(tl.float32)
-    _write_output(out[None, :], tl.arange(0, 1), cols, 1, N, y_ptr, 0, ws_ptr, lock_ptr, pid_n, pid_k, SPLIT_K)
+    write_split_output(out[None, :], tl.arange(0, 1), cols, 1, N, y_ptr, 0, ws_ptr, lock_ptr, pid_n, pid_k, SPLIT_K)
 
 
 @triton.jit
@@ -264,7 +264,7 @@ def _gemm_kernel(
     if BITS == 8 and not DENSE:
         acc *= tl.load(s_ptr + cols, mask=col_in, other=0.0).to(tl.float32)[None, :]
     tile = pid_m * tl.num_programs(0) + pid_n
-    _write_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k, SPLIT_K)
+    write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k, SPLIT_K)
 
 
 # ---- launch -----------------------------------------------------------------------------------
@@ -323,7 +323,7 @@ def lane_units(fmt: WeightFormat) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Per device: the partial-sum workspace and the arrival counters (zero between launches)."""
     return (torch.empty(WORKSPACE_FLOATS, dtype=torch.float32, device=device),
             torch.zeros(TILE_COUNTERS, dtype=torch.int32, device=device))
@@ -409,7 +409,7 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
     x = x.contiguous()
     launch = plan(m, n, k, fmt, tiling, x.dtype, x.device)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    workspace, counters = _scratch(x.device)
+    workspace, counters = scratch(x.device)
     scales = qweight if scales is None else scales
     zeros = scales if zeros is None else zeros
     codebook = scales if codebook is None else codebook
