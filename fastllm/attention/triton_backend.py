@@ -24,6 +24,7 @@ class TritonAttentionBackend:
     name = "triton"
     cuda_graph_safe = True
     fuses_rotation = True  # rotary embedding and cache write in one launch
+    fuses_head_norms = True  # with the query and key head norms before it
 
     def __init__(self) -> None:
         try:
@@ -60,7 +61,8 @@ class TritonAttentionBackend:
                 self.kernels.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
             else:
                 self.kernels.rotary_write_kv_cache(rotation.positions, query, key, value,
-                                                   rotation.rotary.cos_sin_cache, k_cache, v_cache, slot_mapping)
+                                                   rotation.rotary.cos_sin_cache, k_cache, v_cache, slot_mapping,
+                                                   norms=rotation.norm_weights)
             return
         if rotation is not None:
             query[...], key[...] = rotation(query, key)  # in place, as the kernels rotate

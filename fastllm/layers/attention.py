@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -24,10 +25,14 @@ class Attention(nn.Module):
         first, by the backend where it ``fuses_rotation``."""
         ctx = get_forward_context()
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        if rotation is not None and (not getattr(ctx.backend, "fuses_rotation", False)
-                                     or rotation.positions.dim() > 1):  # M-RoPE: no fused kernel
-            q, k = rotation(q, k)
-            rotation = None
+        if rotation is not None:
+            fuses = getattr(ctx.backend, "fuses_rotation", False) and rotation.positions.dim() == 1  # M-RoPE: none
+            if rotation.norms is not None and fuses and not getattr(ctx.backend, "fuses_head_norms", False):
+                q, k = rotation.norms[0](q), rotation.norms[1](k)
+                rotation = replace(rotation, norms=None)
+            if not fuses:
+                q, k = rotation(q, k)
+                rotation = None
         fused = {} if rotation is None else {"rotation": rotation}
         out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.attn_metadata, self.scale, **fused)
         return out.flatten(1)

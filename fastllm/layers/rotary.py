@@ -101,13 +101,26 @@ def _apply(kernels: Optional[ModuleType], cos_sin: torch.Tensor, positions: torc
 @dataclass(frozen=True)
 class Rotation:
     """A rotary embedding still to be applied to a step's query and key: an attention backend
-    that writes the KV cache in a kernel (``fuses_rotation``) does it in that kernel."""
+    that writes the KV cache in a kernel (``fuses_rotation``) does it in that kernel. ``norms``:
+    the RMSNorm of each query and key head that comes first (Qwen3), fused there too where the
+    backend ``fuses_head_norms``."""
 
     positions: torch.Tensor
     rotary: RotaryEmbedding
+    norms: Optional[tuple[nn.Module, nn.Module]] = None
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.norms is not None:
+            query, key = self.norms[0](query), self.norms[1](key)
         return self.rotary(self.positions, query, key)
+
+    @property
+    def norm_weights(self) -> Optional[tuple[torch.Tensor, torch.Tensor, float]]:
+        """(query norm weight, key norm weight, eps): what a fused kernel takes, or None."""
+        if self.norms is None:
+            return None
+        q_norm, k_norm = self.norms
+        return q_norm.weight, k_norm.weight, q_norm.eps
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

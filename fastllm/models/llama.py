@@ -48,9 +48,8 @@ class LlamaAttention(nn.Module):
         q = q.unflatten(-1, (self.num_heads, self.head_dim))
         k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
         v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return self.o_proj(self.attn(q, k, v, Rotation(positions, self.rotary_emb)))
+        norms = (self.q_norm, self.k_norm) if self.qk_norm else None  # applied with the rotation
+        return self.o_proj(self.attn(q, k, v, Rotation(positions, self.rotary_emb, norms)))
 
 
 class LlamaMLP(nn.Module):

@@ -8,7 +8,7 @@ weight. Each program reads only its expert's weights: at decode only the routed 
 move. The k rows of a token are summed by one reduction, in a fixed order (deterministic,
 unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes). At decode
 (one pair a block) the down GEMM sums them itself: the k programs of a token's column tile park
-their rows, and the last to arrive adds them in slot order (``weight_gemm``'s split-K epilogue),
+their rows, and the last to arrive adds them in slot order (``fastllm_kernels.split_k``),
 so no reduction launch follows.
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
@@ -26,7 +26,7 @@ import triton.language as tl
 
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
-from fastllm_kernels.quant.weight_gemm import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
+from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
 
 MAX_ALIGN_PAIRS = 4096
 """Pairs the one-program alignment kernel sorts in registers (decode and small batches, where

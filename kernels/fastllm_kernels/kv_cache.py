@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
-from fastllm_kernels.rotary import rotary_args, rotate_token
+from fastllm_kernels.rotary import HeadNorms, rotary_args, rotate_token
 
 
 @triton.jit
@@ -57,15 +57,17 @@ def _write_kv_cache_kernel(
 def _rotary_write_kernel(
     positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
+    q_norm_ptr, k_norm_ptr, eps,
     value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, stride_vt, stride_vh, stride_cache_slot,
     Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, HEAD_DIM: tl.constexpr, SATURATE: tl.constexpr,
-    PDL: tl.constexpr,
+    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SATURATE: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     token = tl.program_id(0).to(tl.int64)
     rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
-                 stride_cos_sin, num_heads, num_kv_heads, Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
+                 stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps, Q_HEADS_PAD, KV_HEADS_PAD,
+                 ROT_HALF, HALF_PAD, IS_NEOX, NORM)
     tl.debug_barrier()  # the rotated keys, stored by every thread, are what the copy reads
     _write_token(token, k_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, stride_kt, stride_kh,
                  stride_vt, stride_vh, stride_cache_slot, num_kv_heads, KV_HEADS_PAD, HEAD_DIM, SATURATE)
@@ -102,13 +104,14 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
 
 def rotary_write_kv_cache(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                           cos_sin_cache: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          slot_mapping: torch.Tensor, is_neox: bool = True) -> None:
-    """``rotary_embedding`` of ``query`` and ``key`` (in place), then ``write_kv_cache`` of the
-    rotated keys and ``value``, in one launch: one kernel less a layer in every decode step."""
+                          slot_mapping: torch.Tensor, is_neox: bool = True, norms: HeadNorms | None = None) -> None:
+    """``rotary_embedding`` of ``query`` and ``key`` (in place; ``norms``: each head RMS-normalised
+    first), then ``write_kv_cache`` of the rotated keys and ``value``, in one launch: one kernel
+    less a layer in every decode step (three less with head norms)."""
     num_tokens, _, head_dim = _check_layouts(key, value, k_cache, v_cache)
     if num_tokens == 0:
         return
-    values, constexprs = rotary_args(positions, query, key, cos_sin_cache, head_dim, is_neox)
+    values, constexprs = rotary_args(positions, query, key, cos_sin_cache, head_dim, is_neox, norms)
     _rotary_write_kernel[(num_tokens,)](
         *values, value, k_cache, v_cache, slot_mapping, value.stride(0), value.stride(1), k_cache.stride(1),
         **constexprs, HEAD_DIM=head_dim, SATURATE=_fp8_max(k_cache.dtype), num_warps=4, **pdl_launch(key.device),

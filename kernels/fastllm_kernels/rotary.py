@@ -4,7 +4,9 @@ One program per token rotates every query and key head of it, so the token's cos
 read once. ``cos_sin_cache [max_pos, rot_dim]`` holds cos in its first half and sin in its
 second; ``rot_dim`` may be smaller than ``head_size`` (partial rotary): the rest is untouched.
 NeoX style (``is_neox=True``, Llama/Qwen in Hugging Face) rotates the two halves of the
-rotary dims; GPT-J style rotates interleaved pairs.
+rotary dims; GPT-J style rotates interleaved pairs. ``norms`` (Qwen3's RMSNorm of each query and
+key head before rotary) are applied in the same pass, rounded to x's dtype as the norm kernel
+rounds, so a qk-norm layer spends one launch here instead of three.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
 @triton.jit
-def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin,
+def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin, norm_ptr, eps,
                   HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                  IS_NEOX: tl.constexpr):
+                  IS_NEOX: tl.constexpr, NORM: tl.constexpr):
     heads = tl.arange(0, HEADS_PAD)
     pairs = tl.arange(0, HALF_PAD)
     mask = (heads < num_heads)[:, None] & (pairs < ROT_HALF)[None, :]
@@ -31,6 +33,12 @@ def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin,
     ptr2 = x_ptr + heads[:, None] * stride_head + second[None, :]
     x1 = tl.load(ptr1, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(ptr2, mask=mask, other=0.0).to(tl.float32)
+    if NORM:  # the rotary dims are the whole head (rotary_args checks)
+        rstd = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * ROT_HALF) + eps)[:, None]
+        w1 = tl.load(norm_ptr + first, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
+        w2 = tl.load(norm_ptr + second, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
+        x1 = (x1 * rstd * w1).to(x_ptr.dtype.element_ty).to(tl.float32)
+        x2 = (x2 * rstd * w2).to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(ptr1, (x1 * cos - x2 * sin).to(x_ptr.dtype.element_ty), mask=mask)
     tl.store(ptr2, (x2 * cos + x1 * sin).to(x_ptr.dtype.element_ty), mask=mask)
 
@@ -38,31 +46,33 @@ def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin,
 @triton.jit
 def rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
                  stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
+                 q_norm_ptr, k_norm_ptr, eps,
                  Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
-    """Rotate every query and key head of one token in place."""
+                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
+    """Rotate every query and key head of one token in place (``NORM``: RMSNorm each head first)."""
     position = tl.load(positions_ptr + token)
     pairs = tl.arange(0, HALF_PAD)
     row = cos_sin_ptr + position * stride_cos_sin + pairs
     cos = tl.load(row, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
     sin = tl.load(row + ROT_HALF, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
-    _rotate_heads(q_ptr + token * stride_qt, stride_qh, num_heads, cos, sin,
-                  Q_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
-    _rotate_heads(k_ptr + token * stride_kt, stride_kh, num_kv_heads, cos, sin,
-                  KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
+    _rotate_heads(q_ptr + token * stride_qt, stride_qh, num_heads, cos, sin, q_norm_ptr, eps,
+                  Q_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+    _rotate_heads(k_ptr + token * stride_kt, stride_kh, num_kv_heads, cos, sin, k_norm_ptr, eps,
+                  KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
 
 
 @triton.jit
 def _rotary_kernel(
     positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
+    q_norm_ptr, k_norm_ptr, eps,
     Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, PDL: tl.constexpr,
+    HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     rotate_token(tl.program_id(0).to(tl.int64), positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh,
-                 stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads, Q_HEADS_PAD, KV_HEADS_PAD,
-                 ROT_HALF, HALF_PAD, IS_NEOX)
+                 stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps,
+                 Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
 
 
 def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
@@ -72,24 +82,33 @@ def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
     return view
 
 
+HeadNorms = tuple[torch.Tensor, torch.Tensor, float]
+"""(query head norm's weight ``[D]``, key head norm's weight ``[D]``, eps)."""
+
+
 def rotary_args(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor,
-                head_size: int, is_neox: bool = True) -> tuple[tuple, dict]:
+                head_size: int, is_neox: bool = True, norms: HeadNorms | None = None) -> tuple[tuple, dict]:
     """``rotate_token``'s arguments after ``token``: (run-time values, compile-time ones)."""
     q, k = _heads_view(query, head_size), _heads_view(key, head_size)
     rot_dim = cos_sin_cache.shape[-1]
     assert rot_dim <= head_size and rot_dim % 2 == 0 and cos_sin_cache.stride(-1) == 1
+    if norms is not None and rot_dim != head_size:
+        raise ValueError(f"head norms are fused only where rotary turns the whole head ({rot_dim} of {head_size})")
+    q_norm, k_norm, eps = norms if norms is not None else (cos_sin_cache, cos_sin_cache, 0.0)
     values = (positions, q, k, cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-              cos_sin_cache.stride(0), q.shape[1], k.shape[1])
+              cos_sin_cache.stride(0), q.shape[1], k.shape[1], q_norm, k_norm, eps)
     return values, dict(Q_HEADS_PAD=triton.next_power_of_2(q.shape[1]),
                         KV_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
-                        ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2), IS_NEOX=is_neox)
+                        ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2), IS_NEOX=is_neox,
+                        NORM=norms is not None)
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                     cos_sin_cache: torch.Tensor, head_size: int,
-                     is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate ``query`` and ``key`` in place by ``positions`` (int64 ``[T]``); returns both."""
-    values, constexprs = rotary_args(positions, query, key, cos_sin_cache, head_size, is_neox)
+                     cos_sin_cache: torch.Tensor, head_size: int, is_neox: bool = True,
+                     norms: HeadNorms | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate ``query`` and ``key`` in place by ``positions`` (int64 ``[T]``), each head
+    RMS-normalised first with ``norms``; returns both."""
+    values, constexprs = rotary_args(positions, query, key, cos_sin_cache, head_size, is_neox, norms)
     if query.shape[0]:
         _rotary_kernel[(query.shape[0],)](*values, **constexprs, num_warps=4, **pdl_launch(query.device))
     return query, key

@@ -6,6 +6,7 @@ from fastllm_kernels.fused_moe import (
     moe_align_block_size,
 )
 from fastllm_kernels.quant.dequant import NF4_CODES
+from fastllm_kernels.split_k import scratch
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, randn, rel_err
 
 
@@ -74,6 +75,7 @@ def test_expert_chosen_twice_by_a_token_counts_twice(experts):
     out = fused_experts(x, w13, w2, topk_weights, topk_ids)
 
     assert rel_err(out, dense_moe(x, w13, w2, topk_weights, topk_ids)) < TOLERANCE[torch.float32]
+    assert not scratch(torch.device(DEVICE))[1].any()  # one pair a block: the pairs' sum reset its counters
 
 
 @pytest.mark.parametrize("pairs,experts,block_m", [(1, 4, 16), (45, 7, 16), (300, 64, 32)])

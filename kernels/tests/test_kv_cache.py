@@ -65,11 +65,11 @@ def _write_matches_ref(key: torch.Tensor, value: torch.Tensor, slots: torch.Tens
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rot_dim", [64, 32])  # 32: partial rotary, the rest of each head as it is
-def test_rotary_write_matches_rotary_then_write(dtype, rot_dim):
-    """One launch: query and key rotated in place, the rotated keys and the values in the cache,
-    bit for bit what the rotary kernel and then the cache write give (test_rotary.py checks the
-    rotation against torch)."""
+@pytest.mark.parametrize("rot_dim,head_norms", [(64, False), (32, False), (64, True)])  # 32: partial rotary
+def test_rotary_write_matches_rotary_then_write(dtype, rot_dim, head_norms):
+    """One launch: query and key rotated in place (each head RMS-normalised first with
+    ``head_norms``), the rotated keys and the values in the cache, bit for bit what the rotary
+    kernel and then the cache write give (test_rotary.py checks the rotation against torch)."""
     num_tokens, heads, kv_heads, head_dim, block_size = 7, 4, 2, 64, 16
     qkv = randn(num_tokens, heads + 2 * kv_heads, head_dim, dtype=dtype)
     qkv_ref, original = qkv.clone(), qkv.clone()
@@ -84,10 +84,11 @@ def test_rotary_write_matches_rotary_then_write(dtype, rot_dim):
     def split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return x[:, :heads], x[:, heads:heads + kv_heads], x[:, heads + kv_heads:]
 
+    norms = (randn(head_dim, dtype=dtype), randn(head_dim, dtype=dtype), 1e-6) if head_norms else None
     query, key, value = split(qkv_ref)
-    rotary_embedding(positions, query, key, cos_sin, head_dim)
+    rotary_embedding(positions, query, key, cos_sin, head_dim, norms=norms)
     write_kv_cache(key, value, k_ref, v_ref, slots)
-    rotary_write_kv_cache(positions, *split(qkv), cos_sin, k_cache, v_cache, slots)
+    rotary_write_kv_cache(positions, *split(qkv), cos_sin, k_cache, v_cache, slots, norms=norms)
 
     assert torch.equal(qkv, qkv_ref) and not torch.equal(qkv[:, :heads + kv_heads], original[:, :heads + kv_heads])
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)

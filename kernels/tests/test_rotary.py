@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from fastllm_kernels.rms_norm import rms_norm_ref
 from fastllm_kernels.rotary import rotary_embedding, rotary_embedding_ref
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, randn, rel_err
 
@@ -46,3 +47,30 @@ def test_rotary_accepts_three_dimensional_heads():
     rotary_embedding(positions, query, key, cache, 32)
 
     assert rel_err(query, q_ref) < 1e-4 and rel_err(key, k_ref) < 1e-4
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_rotary_with_head_norms_matches_norm_then_rotary(dtype, is_neox):
+    """Qwen3's per-head RMSNorm fused before the rotation, against float64 norm-then-rotate."""
+    tokens, heads, kv_heads, head_size = 5, 6, 2, 64
+    cache = cos_sin_cache(512, head_size)
+    positions = torch.randint(0, 512, (tokens,), device=DEVICE)
+    query, key = randn(tokens, heads, head_size, dtype=dtype) * 3, randn(tokens, kv_heads, head_size, dtype=dtype)
+    q_weight, k_weight = randn(head_size, dtype=dtype), randn(head_size, dtype=dtype)
+    eps = 1e-6
+    q_ref, k_ref = rotary_embedding_ref(positions, rms_norm_ref(query.double(), q_weight.double(), eps),
+                                        rms_norm_ref(key.double(), k_weight.double(), eps), cache.double(),
+                                        head_size, is_neox)
+
+    q_out, k_out = rotary_embedding(positions, query, key, cache, head_size, is_neox, norms=(q_weight, k_weight, eps))
+
+    assert rel_err(q_out, q_ref) < TOLERANCE[dtype] and rel_err(k_out, k_ref) < TOLERANCE[dtype]
+
+
+def test_head_norms_need_the_whole_head_rotated():
+    query, key = randn(2, 2, 64, dtype=torch.float32), randn(2, 1, 64, dtype=torch.float32)
+    weight = torch.ones(64, device=DEVICE)
+    with pytest.raises(ValueError, match="whole head"):
+        rotary_embedding(torch.zeros(2, dtype=torch.long, device=DEVICE), query, key, cos_sin_cache(8, 32), 64,
+                         norms=(weight, weight, 1e-6))

@@ -50,6 +50,14 @@ def test_greedy_matches_hf(checkpoint):
     assert _tokens(_greedy(llm, PROMPTS)) == expected
 
 
+@pytest.mark.parametrize("checkpoint", ["qwen3_moe"], indirect=True)
+def test_triton_attention_backend_matches_hf(checkpoint):
+    """The triton backend runs Qwen3's query and key head norms inside its rotary cache write."""
+    folder, expected = checkpoint
+    llm = LLM(folder, dtype="float32", num_gpu_blocks_override=64, block_size=16, attention_backend="triton")
+    assert _tokens(_greedy(llm, PROMPTS)) == expected
+
+
 @pytest.mark.parametrize("checkpoint", list(ARCHITECTURES), indirect=True)
 def test_chunked_prefill_preemption_and_prefix_hits_match_hf(checkpoint):
     folder, expected = checkpoint

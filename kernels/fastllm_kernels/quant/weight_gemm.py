@@ -2,10 +2,8 @@
 
 Decode streams each weight byte once, so the kernels are judged by weight bytes per second.
 A 4096x4096 layer cut only along N gives ~128 programs for 132 SMs: too few loads in flight.
-The grid is cut along K too (``SPLIT_K``); every program writes its fp32 partial sums to a
-workspace, and the last program of a tile to arrive (an atomic counter) adds the partials in
-split order and stores the output: one launch, deterministic, no zeroed buffer. The counters
-reset themselves, so the kernels replay inside CUDA graphs.
+The grid is cut along K too (``SPLIT_K``); the splits meet again in the same launch
+(``fastllm_kernels.split_k``: the last program of a tile to arrive adds the partials in order).
 
 Formats (constexpr flags), weights ``q`` rows-first ``[N, K / codes per byte]``:
 
@@ -37,6 +35,7 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
 from fastllm_kernels.quant.dequant import MAGIC, code_value, columns, nf4_value, small_code_value
 from fastllm_kernels.quant.nf4_pairs import fill_table, pair_values
+from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
 
 
 @dataclass(frozen=True)
@@ -49,27 +48,6 @@ class WeightFormat:
     dense: bool = False
     has_zero: bool = False
     group: int = 0
-
-
-@triton.jit
-def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k,
-                  SPLIT_K: tl.constexpr):
-    """Store ``acc [R, C]`` (fp32), or, split along K, park it and let the last split add them all."""
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
-    if SPLIT_K == 1:
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-    else:
-        ws_ptrs = ws_ptr + rows[:, None] * N + cols[None, :]
-        tl.store(ws_ptrs + pid_k * M * N, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partials are out before the release below
-        arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros_like(acc)
-            for split in range(SPLIT_K):
-                total += tl.load(ws_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(lock_ptr + tile, 0)
 
 
 @triton.jit
@@ -268,8 +246,6 @@ def _gemm_kernel(
 
 
 # ---- launch -----------------------------------------------------------------------------------
-WORKSPACE_FLOATS = 1 << 22  # fp32 partial sums of one launch: split_k * M * N at most
-TILE_COUNTERS = 1 << 16
 MIN_DOT_K = 32
 """The tensor-core kernel's narrowest K slice: on the H100 (Triton 3.6), 16-wide fp16 slices of
 4-bit codes made wrong products; groups of 16 are scaled in the weights (two groups a slice)."""
@@ -320,13 +296,6 @@ def lane_units(fmt: WeightFormat) -> int:
     if fmt.dense:
         return 8
     return min(4, fmt.group // 8) if fmt.four_bit else 4
-
-
-@functools.lru_cache(maxsize=None)
-def scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per device: the partial-sum workspace and the arrival counters (zero between launches)."""
-    return (torch.empty(WORKSPACE_FLOATS, dtype=torch.float32, device=device),
-            torch.zeros(TILE_COUNTERS, dtype=torch.int32, device=device))
 
 
 @functools.lru_cache(maxsize=None)

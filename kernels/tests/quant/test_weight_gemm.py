@@ -17,7 +17,8 @@ from fastllm_kernels.quant.int4_gemm import (
 )
 from fastllm_kernels.linear import DENSE, linear
 from fastllm_kernels.quant.int8_gemm import int8_gemm
-from fastllm_kernels.quant.weight_gemm import Tiling, _scratch, weight_gemm
+from fastllm_kernels.quant.weight_gemm import Tiling, weight_gemm
+from fastllm_kernels.split_k import scratch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}
@@ -42,7 +43,7 @@ def tiling(m: int, split: int | None, four_bit: bool) -> Tiling | None:
 
 def run_poisoned(fn, *args) -> torch.Tensor:
     """Call with NaN in the partial-sum workspace; the arrival counters must end at zero."""
-    workspace, counters = _scratch(torch.device(DEVICE))
+    workspace, counters = scratch(torch.device(DEVICE))
     workspace.fill_(float("nan"))
     out = fn(*args)
     assert not counters.any()

@@ -1,0 +1,57 @@
+"""Split work that meets again in one launch: each program parks its fp32 partial in a shared
+workspace and bumps an arrival counter; the last program to arrive combines the partials in
+split order and stores the result. Deterministic, no zeroed buffer, no second launch; the
+counters reset themselves, so the kernels replay inside CUDA graphs.
+
+Every user (the split-K GEMMs, the MoE down GEMM's sum over a token's experts, decode
+attention's merge over context pieces) touches the workspace only after ``wait_for_inputs``:
+a dependent launch cannot reach it while the kernel before is still using it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+WORKSPACE_FLOATS = 1 << 22  # fp32 partials of one launch
+TILE_COUNTERS = 1 << 16  # arrival counters: one a tile (or a group of programs that meet)
+
+
+@functools.lru_cache(maxsize=None)
+def scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per device: the partial-sum workspace and the arrival counters (zero between launches)."""
+    return (torch.empty(WORKSPACE_FLOATS, dtype=torch.float32, device=device),
+            torch.zeros(TILE_COUNTERS, dtype=torch.int32, device=device))
+
+
+@triton.jit
+def arrive_last(lock_ptr, tile, splits):
+    """Whether this program is the last of ``splits`` to arrive at ``tile`` (its stores before
+    this call are visible to that program); the last one resets the counter."""
+    tl.debug_barrier()  # every thread's partials are out before the release below
+    arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    last = arrived == splits - 1
+    if last:
+        tl.atomic_xchg(lock_ptr + tile, 0)
+    return last
+
+
+@triton.jit
+def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k,
+                       SPLIT_K: tl.constexpr):
+    """Store ``acc [R, C]`` (fp32), or, split along K, park it and let the last split add them all."""
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
+    if SPLIT_K == 1:
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        ws_ptrs = ws_ptr + rows[:, None] * N + cols[None, :]
+        tl.store(ws_ptrs + pid_k * M * N, acc, mask=mask)
+        if arrive_last(lock_ptr, tile, SPLIT_K):
+            total = tl.zeros_like(acc)
+            for split in range(SPLIT_K):
+                total += tl.load(ws_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
