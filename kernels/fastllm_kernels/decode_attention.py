@@ -48,7 +48,7 @@ def _decode_split_kernel(
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SPLITS_PAD: tl.constexpr,
-    PRECISION: tl.constexpr, PDL: tl.constexpr,
+    MERGE_CHUNK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
@@ -109,12 +109,15 @@ def _decode_split_kernel(
             lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
             total = tl.sum(tl.exp2(lse - lse_max[:, None]), 1)
             merged = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-            for piece in range(num_splits):
-                weight = tl.exp2(tl.load(split_lse_ptr + first + piece, mask=row_mask, other=float("-inf"),
-                                         cache_modifier=".cg") - lse_max)
-                part = tl.load(split_out_ptr + (first + piece)[:, None] * HEAD_DIM + dims[None, :],
-                               mask=row_mask[:, None], other=0.0, cache_modifier=".cg")
-                merged += part * weight[:, None]
+            for base in range(0, num_splits, MERGE_CHUNK):
+                for offset in tl.static_range(MERGE_CHUNK):  # unrolled: a chunk's loads go out together
+                    piece = base + offset
+                    mask = row_mask & (rows * 0 + piece < num_splits)  # a vector: the interpreter needs one
+                    weight = tl.exp2(tl.load(split_lse_ptr + first + piece, mask=mask, other=float("-inf"),
+                                             cache_modifier=".cg") - lse_max)
+                    part = tl.load(split_out_ptr + (first + piece)[:, None] * HEAD_DIM + dims[None, :],
+                                   mask=mask[:, None], other=0.0, cache_modifier=".cg")
+                    merged += part * weight[:, None]
             merged = merged / tl.where(total > 0, total, 1.0)[:, None]
             tl.store(dst, merged.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
@@ -163,7 +166,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
-        SPLITS_PAD=triton.next_power_of_2(num_splits),
+        SPLITS_PAD=triton.next_power_of_2(num_splits), MERGE_CHUNK=min(8, triton.next_power_of_2(num_splits)),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
         **pdl_launch(q.device),
     )
