@@ -115,7 +115,8 @@ class EngineCoreClient:
         The request goes to the core now, not when the outputs are first asked for: a server
         with hundreds of handlers in turn would otherwise send it only after all of them ran."""
         arrival_time = time.time()
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), DeltaDecoder(request_id, arrival_time))
+        decoder = DeltaDecoder(request_id, arrival_time, prompt, list(prompt_token_ids or []))
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), decoder)
         with self._lock:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")

@@ -187,6 +187,8 @@ class LLMEngine:
         ``tool_call_parser``: the ``tool_parsers`` entry that splits tool calls from its text."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
+        # the caller's ids unless tokenized or media-expanded here: its deltas need not send them back
+        caller_has_ids = prompt_token_ids is not None and not multimodal_data and multimodal is None
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
         if multimodal_data:
@@ -209,7 +211,8 @@ class LLMEngine:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
             seqs.append(seq)
         self.requests[request_id] = self.output_processor.new_request(
-            request_id, prompt, seqs, arrival_time or time.time(), thinking, output_kind, tool_call_parser)
+            request_id, prompt, seqs, arrival_time or time.time(), thinking, output_kind, tool_call_parser,
+            caller_has_ids)
         for seq in seqs:
             if self.speculator is not None:
                 self.speculator.on_prompt(seq)

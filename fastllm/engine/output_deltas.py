@@ -34,7 +34,8 @@ def decode_error(encoded: tuple) -> BaseException:
 @dataclass
 class DeltaDecoder:
     """The front end's copy of one request's output, rebuilt from deltas; every output it returns
-    is a new object (a consumer may still hold the previous one)."""
+    is a new object (a consumer may still hold the previous one). The prompt is the front's own:
+    the deltas bring its token ids only when the engine made them (tokenized, media expanded)."""
 
     request_id: str
     arrival_time: float
@@ -44,9 +45,9 @@ class DeltaDecoder:
     completions: dict[int, CompletionOutput] = field(default_factory=dict)
 
     def decode(self, delta: tuple) -> RequestOutput:
-        prompt, prompt_logprobs, completions, finished, num_cached, metrics, error_code, error_msg = delta
-        if prompt is not None:
-            self.prompt, self.prompt_token_ids = prompt
+        prompt_token_ids, prompt_logprobs, completions, finished, num_cached, metrics, error_code, error_msg = delta
+        if prompt_token_ids is not None:
+            self.prompt_token_ids = prompt_token_ids
         if prompt_logprobs is not None:
             self.prompt_logprobs = prompt_logprobs
         for (index, send_idx, tokens, text, reasoning, cumulative, logprobs, finish_reason, stop_reason,

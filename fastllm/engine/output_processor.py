@@ -50,9 +50,11 @@ class OutputProcessor:
         self.tool_parsers: dict[str, ToolParser] = {}  # by name; stateless, shared by the requests
 
     def new_request(self, request_id: str, prompt: Optional[str], seqs: list[Sequence], arrival_time: float,
-                    thinking: bool, output_kind: OutputKind, tool_call_parser: Optional[str] = None) -> RequestState:
+                    thinking: bool, output_kind: OutputKind, tool_call_parser: Optional[str] = None,
+                    consumer_has_prompt_ids: bool = False) -> RequestState:
         """The request's state: a detokenizer, a reasoning parser and (``tool_call_parser``: a
-        ``tool_parsers`` entry) a tool parser per sample, seeded with the prompt."""
+        ``tool_parsers`` entry) a tool parser per sample, seeded with the prompt. Deltas carry
+        the prompt's token ids once, unless their consumer has them (it sent them)."""
         call_parser = self._tool_parser(tool_call_parser) if tool_call_parser else None
         samples = []
         for seq in seqs:
@@ -65,7 +67,8 @@ class OutputProcessor:
                                        tools=ToolCallSplit(call_parser.stream()) if call_parser else None))
         return RequestState(request_id, prompt, list(seqs[0].prompt_token_ids), samples,
                             RequestMetrics(arrival_time=arrival_time), output_kind,
-                            SentOutput() if output_kind is OutputKind.DELTA else None)
+                            SentOutput(prompt_ids_sent=consumer_has_prompt_ids)
+                            if output_kind is OutputKind.DELTA else None)
 
     def _tool_parser(self, name: str) -> ToolParser:
         """The ``tool_parsers`` entry ``name``, built once; an unknown name lists the registered ones."""
@@ -213,7 +216,7 @@ class OutputProcessor:
             sample.send_idx += 1
         first = state.samples[0].seq
         prompt_logprobs = first.prompt_logprobs if first.sampling_params.prompt_logprobs is not None else None
-        return sent.request(state.prompt, state.prompt_token_ids, prompt_logprobs, completions, finished,
+        return sent.request(state.prompt_token_ids, prompt_logprobs, completions, finished,
                             first.num_cached_tokens, state.metrics, state.error_code, state.error_msg)
 
 
@@ -235,12 +238,13 @@ class _SentSample:
 
 @dataclass
 class SentOutput:
-    """What one request's consumer already has, so that each delta carries only what is new.
-    Deltas are plain tuples: pickling dataclasses costs several times more, on the engine's process."""
+    """What one request's consumer already has, so that each delta carries only what is new (the
+    prompt's text never: the consumer sent it). Deltas are plain tuples: pickling dataclasses costs
+    several times more, on the engine's process."""
 
     samples: dict[int, _SentSample] = field(default_factory=dict)
     num_prompt_logprobs: int = -1
-    started: bool = False
+    prompt_ids_sent: bool = False
 
     def completion(self, index: int, send_idx: int, token_ids: list[int], text: str, reasoning: str,
                    cumulative_logprob: float, logprobs: Optional[list], finish_reason: Optional[str],
@@ -260,18 +264,19 @@ class SentOutput:
         sent.num_tokens, sent.text, sent.reasoning = len(token_ids), text, reasoning
         return delta
 
-    def request(self, prompt_text: Optional[str], prompt_token_ids: list[int], prompt_logprobs: Optional[list],
-                completions: list[tuple], finished: bool, num_cached_tokens: int, metrics: RequestMetrics,
-                error_code: int, error_msg: str) -> tuple:
-        """The request's delta: the prompt the first time, prompt logprobs when they grew."""
-        prompt = None
-        if not self.started:
-            prompt = (prompt_text, prompt_token_ids)
-            self.started = True
+    def request(self, prompt_token_ids: list[int], prompt_logprobs: Optional[list], completions: list[tuple],
+                finished: bool, num_cached_tokens: int, metrics: RequestMetrics, error_code: int,
+                error_msg: str) -> tuple:
+        """The request's delta: the prompt's token ids the first time, unless already sent,
+        prompt logprobs when they grew."""
+        new_prompt_ids = None
+        if not self.prompt_ids_sent:
+            new_prompt_ids, self.prompt_ids_sent = prompt_token_ids, True
         if prompt_logprobs is not None and len(prompt_logprobs) != self.num_prompt_logprobs:
             self.num_prompt_logprobs = len(prompt_logprobs)
             prompt_logprobs = list(prompt_logprobs)
         else:
             prompt_logprobs = None
         metrics = metrics if finished else None  # only a finished request's are read
-        return (prompt, prompt_logprobs, completions, finished, num_cached_tokens, metrics, error_code, error_msg)
+        return (new_prompt_ids, prompt_logprobs, completions, finished, num_cached_tokens, metrics, error_code,
+                error_msg)

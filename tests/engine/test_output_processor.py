@@ -122,3 +122,18 @@ def test_the_engine_streams_deltas_equal_to_its_cumulative_outputs(smollm2_llm):
         assert [value for _, value in got] == pytest.approx([value for _, value in want], rel=1e-4)
     assert completions(final) == completions(cumulative[-1]) and final.finished and streamed[-1].finished
     assert final.outputs.finish_reason == "stop" and len(final.outputs.text) < len(text)
+
+
+def test_deltas_send_the_prompt_ids_only_where_the_engine_made_them(smollm2_llm):
+    """The delta consumer (the engine-core front end) has the token ids it sent: the first delta
+    of such a request carries none, a text-only request's carries what the engine tokenized."""
+    engine = smollm2_llm.engine
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    engine.add_request("ids", "Hello there", [5, 6, 7], params, output_kind=OutputKind.DELTA)
+    engine.add_request("text", "Hello there", None, params, output_kind=OutputKind.DELTA)
+    deltas: dict[str, list] = {"ids": [], "text": []}
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            deltas[output.request_id].append(output.payload)
+    assert [delta[0] for delta in deltas["ids"]] == [None, None]
+    assert [delta[0] for delta in deltas["text"]] == [engine.inputs.tokenize("Hello there"), None]

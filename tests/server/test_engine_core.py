@@ -214,3 +214,13 @@ def test_tool_calls_are_split_in_the_core(core):
     final = asyncio.run(collect())[-1].outputs
     (call,) = final.tool_calls
     assert (final.text, call.name, json.loads(call.arguments)) == ("", "get_weather", CALL_ARGUMENTS)
+
+
+def test_outputs_carry_the_front_ends_prompt(core):
+    """The core sends no prompt back: outputs carry the front's text and ids, or the ids the core made."""
+    async def final(request_id: str, ids) -> object:
+        return [output async for output in core.generate(request_id, "Hi", ids, SamplingParams(max_tokens=2))][-1]
+
+    with_ids, text_only = asyncio.run(final("with-ids", [5, 6, 7])), asyncio.run(final("text-only", None))
+    assert (with_ids.prompt, with_ids.prompt_token_ids) == ("Hi", [5, 6, 7])
+    assert (text_only.prompt, text_only.prompt_token_ids) == ("Hi", core.inputs.tokenize("Hi"))
