@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from fastllm.chat.interface import ToolCall as ParsedToolCall
 from fastllm.entrypoints.openai.chat_tools import new_tool_call_id, required_tool_calls
 from fastllm.entrypoints.openai.protocol_chat import ChatMessage, FunctionCall, NamedToolChoice, ToolCall
-from fastllm.chat.interface import ToolCall as ParsedToolCall
 from fastllm.outputs import CompletionOutput
 
 
