@@ -120,8 +120,9 @@ class EngineCoreClient:
         with self._lock:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")
-            self._send(("add", request_id, prompt, prompt_token_ids, params, arrival_time, chat_template_kwargs,
-                        lora_request, group, multimodal_data, tool_call_parser))
+            # the core needs the text only to tokenize it: its outputs get the prompt here, from the decoder
+            self._send(("add", request_id, prompt if prompt_token_ids is None else None, prompt_token_ids, params,
+                        arrival_time, chat_template_kwargs, lora_request, group, multimodal_data, tool_call_parser))
             self._streams[request_id] = stream
             self._num_added += 1
         return QueuedOutputs(stream.queue, lambda: self.abort(request_id))
