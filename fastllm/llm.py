@@ -74,10 +74,12 @@ class LLM:
 
     def generate(self, prompts: Any, sampling_params: Union[ParamsType, Sequence[ParamsType], None] = None,
                  use_tqdm: bool = True, *, chat_template_kwargs: Optional[dict[str, Any]] = None,
-                 lora_request: Union[LoRARequest, Sequence[Optional[LoRARequest]], None] = None
-                 ) -> list[RequestOutput]:
+                 lora_request: Union[LoRARequest, Sequence[Optional[LoRARequest]], None] = None,
+                 tool_call_parser: Optional[str] = None) -> list[RequestOutput]:
         """One RequestOutput per prompt, in order; a bad request carries error_code/error_msg.
-        ``lora_request``: one adapter for every prompt, or a list with one (or None) per prompt."""
+        ``lora_request``: one adapter for every prompt, or a list with one (or None) per prompt.
+        ``tool_call_parser``: a ``tool_parsers`` entry that moves the calls out of each text
+        into ``CompletionOutput.tool_calls``."""
         prompt_list = _as_prompt_list(prompts)
         params_list = self._params_per_prompt(sampling_params, len(prompt_list))
         adapters = self._per_prompt(lora_request, LoRARequest, len(prompt_list), "lora_request")
@@ -98,7 +100,8 @@ class LLM:
                     params = SamplingParams(**params)
                 self.engine.add_request(request_id, text, token_ids, params,
                                         chat_template_kwargs=chat_template_kwargs, output_kind=OutputKind.FINAL_ONLY,
-                                        lora_request=adapter, multimodal_data=media, **processed_media)
+                                        lora_request=adapter, multimodal_data=media,
+                                        tool_call_parser=tool_call_parser, **processed_media)
             except (RequestError, ValidationError, TypeError) as exc:
                 error = exc if isinstance(exc, RequestError) else RequestError(str(exc))
                 results[request_id] = LLMEngine.error_output(request_id, text, token_ids, error)
@@ -122,7 +125,7 @@ class LLM:
         With ``tools`` and a tool parser (``tool_call_parser=`` or the one the matched template
         brings), the calls the model wrote move from ``text`` to ``CompletionOutput.tool_calls``.
         """
-        from fastllm.chat import render_chat, split_tool_calls
+        from fastllm.chat import render_chat
         from fastllm.chat.inputs import ChatInputs
         from fastllm.multimodal.chat import split_media
 
@@ -132,17 +135,14 @@ class LLM:
         conversations, media = zip(*map(split_media, conversations)) if conversations else ((), ())
         prompts = [render_chat(self.tokenizer, chat.template, conv, tools=tools,
                                chat_template_kwargs=chat_template_kwargs) for conv in conversations]
-        parser = chat.tool_parser if tools else None
+        parses_tools = bool(tools) and chat.tool_parser is not None
         params = [chat.sampling_params(p if isinstance(p, SamplingParams) else SamplingParams(**p), chat.template,
-                                       parser is not None)
+                                       parses_tools)
                   for p in self._params_per_prompt(sampling_params, len(prompts))]
         token_prompts = [{"prompt": p, "prompt_token_ids": chat.tokenize(p), "multimodal_data": m}
                          for p, m in zip(prompts, media)]
-        outputs = self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs,
-                                lora_request=lora_request)
-        if parser is not None:
-            split_tool_calls(outputs, parser)
-        return outputs
+        return self.generate(token_prompts, params, use_tqdm, chat_template_kwargs=chat_template_kwargs,
+                             lora_request=lora_request, tool_call_parser=chat.parser_name if parses_tools else None)
 
     @classmethod
     def _params_per_prompt(cls, params: Any, count: int) -> list[ParamsType]:

@@ -34,7 +34,12 @@ class RequestMetrics:
 
 @dataclass
 class CompletionOutput:
-    """One generated sequence; ``index`` tells which of the request's n samples it is."""
+    """One generated sequence; ``index`` tells which of the request's n samples it is.
+
+    For a request that names a tool parser (``LLM.chat`` with tools, the server's ``auto`` tool
+    choice), ``tool_calls`` holds the calls found so far (``fastllm.chat.ToolCall``, arguments
+    as JSON text) and ``text`` only what is not a call; else ``tool_calls`` is None.
+    """
 
     index: int
     send_idx: int = 0

@@ -36,6 +36,8 @@ def findings(path: Path, forbidden: set[str], root: Path = CORE.parent) -> list[
         if isinstance(node, ast.Attribute) and node.attr == "cuda" and isinstance(node.value, ast.Name) \
                 and node.value.id == "torch":
             found.append(f"{where}:{node.lineno}: torch.cuda")
+        elif isinstance(node, ast.Attribute) and node.attr == "is_cuda":
+            found.append(f"{where}:{node.lineno}: .is_cuda")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
             found.append(f"{where}:{node.lineno}: {node.value!r}")
     return found
@@ -52,10 +54,10 @@ def test_core_names_no_plugin_and_no_cuda():
 
 
 def test_findings_catch_what_they_should(tmp_path):
-    """The checker itself: a lookup by a plugin's name and a CUDA check are found, prose is not."""
+    """The checker itself: a lookup by a plugin's name and CUDA checks are found, prose is not."""
     source = tmp_path / "sample.py"
     source.write_text('"""Served by the lora plugin on cuda."""\nimport torch\n'
                       'x = registry.get("adapter_managers", "lora")\ny = device.type == "cuda"\n'
-                      'torch.cuda.synchronize()\n')
-    assert findings(source, {"lora", "cuda"}, tmp_path) == ["sample.py:3: 'lora'", "sample.py:4: 'cuda'",
-                                                            "sample.py:5: torch.cuda"]
+                      'torch.cuda.synchronize()\nz = cache.is_cuda\n')
+    assert sorted(findings(source, {"lora", "cuda"}, tmp_path)) == [
+        "sample.py:3: 'lora'", "sample.py:4: 'cuda'", "sample.py:5: torch.cuda", "sample.py:6: .is_cuda"]

@@ -10,7 +10,8 @@ from fastllm.attention.metadata import AttentionMetadata
 
 
 class AttentionBackend(Protocol):
-    """Built with no arguments; one instance serves every layer of a model.
+    """Built with the platform it runs on (``fastllm.platforms.interface.Platform``), which
+    answers its hardware questions once; one instance serves every layer of a model.
 
     Cache layout (per layer): ``k_cache``, ``v_cache`` shaped
     ``[num_blocks, block_size, num_kv_heads, head_dim]``.

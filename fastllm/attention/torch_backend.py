@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fastllm.attention.metadata import AttentionMetadata
+from fastllm.platforms.interface import Platform
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -51,6 +52,9 @@ def _bytes_if_fp8(t: torch.Tensor) -> torch.Tensor:
 
 class TorchAttentionBackend:
     name = "torch"
+
+    def __init__(self, platform: Platform | None = None) -> None:
+        """Plain torch runs on any platform: it asks the platform nothing."""
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -15,6 +15,7 @@ import torch
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.attention.torch_backend import write_kv_cache as torch_write_kv_cache
 from fastllm.layers.rotary import Rotation
+from fastllm.platforms.interface import Platform
 
 logger = logging.getLogger(__name__)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -26,13 +27,14 @@ class TritonAttentionBackend:
     fuses_rotation = True  # rotary embedding and cache write in one launch
     fuses_head_norms = True  # with the query and key head norms before it
 
-    def __init__(self) -> None:
+    def __init__(self, platform: Platform) -> None:
         try:
             import fastllm_kernels
         except ImportError as exc:
             raise ImportError("the triton attention backend needs fastllm-kernels: run "
                               "`pip install -e kernels` (or use attention_backend='torch')") from exc
         self.kernels = fastllm_kernels
+        self.kernels_store_fp8 = platform.triton_rounds_fp8_exactly
         self._warned_fp8_store = False
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -55,8 +57,8 @@ class TritonAttentionBackend:
     def _write(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                v_cache: torch.Tensor, slot_mapping: torch.Tensor, rotation: Optional[Rotation]) -> None:
         """``rotation`` of query and key (in place), then the kernel's store of key and value; fp8
-        under Triton's CPU interpreter, which rounds fp8 wrongly, stores with torch."""
-        if k_cache.is_cuda or k_cache.dtype not in FP8_DTYPES:
+        stores with torch where the platform's Triton rounds fp8 wrongly (the CPU interpreter)."""
+        if self.kernels_store_fp8 or k_cache.dtype not in FP8_DTYPES:
             if rotation is None:
                 self.kernels.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
             else:
@@ -67,7 +69,7 @@ class TritonAttentionBackend:
         if rotation is not None:
             query[...], key[...] = rotation(query, key)  # in place, as the kernels rotate
         if not self._warned_fp8_store:
-            logger.warning("fp8 KV cache off CUDA: the triton backend stores K/V with torch "
-                           "(the Triton interpreter rounds fp8 inexactly)")
+            logger.warning("fp8 KV cache: the triton backend stores K/V with torch here "
+                           "(this platform's Triton rounds fp8 inexactly)")
             self._warned_fp8_store = True
         torch_write_kv_cache(key, value, k_cache, v_cache, slot_mapping)

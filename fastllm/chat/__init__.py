@@ -11,7 +11,7 @@ from fastllm.chat.interface import (
     ToolParser,
     merge_deltas,
 )
-from fastllm.chat.parsers import reasoning_parser, split_tool_calls, tool_parser
+from fastllm.chat.parsers import reasoning_parser, tool_parser
 from fastllm.chat.template import (ResolvedTemplate, TemplateFactory, render_chat, resolve_chat_template,
                                    template_source, template_variables)
 
@@ -30,7 +30,6 @@ __all__ = [
     "reasoning_parser",
     "render_chat",
     "resolve_chat_template",
-    "split_tool_calls",
     "template_source",
     "template_variables",
     "tool_parser",

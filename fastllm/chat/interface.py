@@ -126,13 +126,21 @@ class ToolParser(BaseParser):
 
 def merge_deltas(deltas: list[DeltaMessage]) -> ToolCallResult:
     """Sum streamed deltas the way an OpenAI client does: by ``index``."""
-    content: list[str] = []
-    calls: dict[int, ToolCall] = {}
+    calls: list[ToolCall] = []
     for delta in deltas:
-        content.append(delta.content)
-        for part in delta.tool_calls:
-            call = calls.setdefault(part.index, ToolCall(id="", name="", arguments=""))
-            call.id = part.id or call.id
-            call.name = part.name or call.name
-            call.arguments += part.arguments
-    return ToolCallResult("".join(content), [calls[i] for i in sorted(calls)])
+        calls = add_tool_calls(calls, delta.tool_calls)
+    return ToolCallResult("".join(delta.content for delta in deltas), calls)
+
+
+def add_tool_calls(calls: list[ToolCall], parts: list[ToolCallDelta]) -> list[ToolCall]:
+    """``calls`` with streamed ``parts`` summed in by ``index`` (counting up from 0: a new index
+    starts the next call). A new list, and new objects for the calls a part extends, so that an
+    output already handed out keeps the calls it had."""
+    summed = list(calls)
+    for part in parts:
+        if part.index < len(summed):
+            call = summed[part.index]
+            summed[part.index] = ToolCall(part.id or call.id, part.name or call.name, call.arguments + part.arguments)
+        else:
+            summed.append(ToolCall(part.id or "", part.name or "", part.arguments))
+    return summed

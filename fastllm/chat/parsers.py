@@ -1,5 +1,4 @@
-"""Build the reasoning and tool parsers a request names, through the registries, and apply a tool
-parser to finished offline outputs."""
+"""Build the reasoning and tool parsers a request names, through the registries."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ from typing import Any
 
 from fastllm import registry
 from fastllm.chat.interface import ReasoningParser, ToolParser
-from fastllm.outputs import RequestOutput
 
 
 def reasoning_parser(name: str, tokenizer: Any, enable_thinking: bool = True) -> ReasoningParser:
@@ -25,14 +23,3 @@ def tool_parser(name: str, tokenizer: Any) -> ToolParser:
         raise TypeError(f"tool parser {name!r} does not implement fastllm.chat.ToolParser")
     return parser
 
-
-def split_tool_calls(outputs: list[RequestOutput], parser: ToolParser) -> None:
-    """Move the calls ``parser`` finds in each finished completion into its ``tool_calls``.
-
-    What ``LLM.chat(..., tools=...)`` returns: ``text`` keeps only what is not a call, as the
-    server's ``message.content`` does; ``tool_calls`` is a list of ``fastllm.chat.ToolCall``.
-    """
-    for output in outputs:
-        for completion in output.completions:
-            result = parser.extract(completion.text)
-            completion.text, completion.tool_calls = result.content, result.tool_calls

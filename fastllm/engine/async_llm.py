@@ -110,6 +110,7 @@ class _Add:
     multimodal: Any = None  # MultimodalInputs, when the media were processed before queueing
     grammar: Any = None  # the compiled grammar of a guided request, once compiled off the engine thread
     output_kind: OutputKind = OutputKind.CUMULATIVE  # DELTA for the engine-core process's streams
+    tool_call_parser: Optional[str] = None  # the tool_parsers entry that splits its tool calls
 
 
 @dataclass
@@ -199,7 +200,8 @@ class AsyncLLM:
     async def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                        params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
                        lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
-                       multimodal_data: Optional[dict[str, Any]] = None) -> AsyncIterator[RequestOutput]:
+                       multimodal_data: Optional[dict[str, Any]] = None,
+                       tool_call_parser: Optional[str] = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's latest output until it finishes; raises RequestError for bad input.
         Requests of one ``group`` are admitted a window at a time (``fastllm.engine.fair_admission``)."""
         multimodal = None
@@ -209,7 +211,7 @@ class AsyncLLM:
             multimodal_data = None
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         self.submit(_Add(request_id, prompt, prompt_token_ids, params, time.time(), chat_template_kwargs, stream,
-                         lora_request, group, multimodal_data, multimodal))
+                         lora_request, group, multimodal_data, multimodal, tool_call_parser=tool_call_parser))
         async with aclosing(QueuedOutputs(stream.queue, lambda: self.abort(request_id))) as outputs:
             async for output in outputs:
                 yield output
@@ -335,7 +337,7 @@ class AsyncLLM:
                                         item.arrival_time, item.chat_template_kwargs,
                                         lora_request=item.lora_request, multimodal_data=item.multimodal_data,
                                         multimodal=item.multimodal, grammar=item.grammar,
-                                        output_kind=item.output_kind)
+                                        output_kind=item.output_kind, tool_call_parser=item.tool_call_parser)
             except Exception as exc:  # a bad request or a bug: this request fails alone, a bug's details logged
                 if not isinstance(exc, RequestError):
                     logger.exception("adding request %s failed", item.request_id)

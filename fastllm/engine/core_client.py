@@ -108,18 +108,21 @@ class EngineCoreClient:
     def generate(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                  params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
                  lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
-                 multimodal_data: Optional[dict[str, Any]] = None) -> QueuedOutputs:
+                 multimodal_data: Optional[dict[str, Any]] = None,
+                 tool_call_parser: Optional[str] = None) -> QueuedOutputs:
         """The request's latest outputs until it finishes; raises RequestError for bad input.
 
         The request goes to the core now, not when the outputs are first asked for: a server
         with hundreds of handlers in turn would otherwise send it only after all of them ran."""
         arrival_time = time.time()
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), DeltaDecoder(request_id, arrival_time))
+        decoder = DeltaDecoder(request_id, arrival_time, prompt, list(prompt_token_ids or []))
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), decoder)
         with self._lock:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")
-            self._send(("add", request_id, prompt, prompt_token_ids, params, arrival_time, chat_template_kwargs,
-                        lora_request, group, multimodal_data))
+            # the core needs the text only to tokenize it: its outputs get the prompt here, from the decoder
+            self._send(("add", request_id, prompt if prompt_token_ids is None else None, prompt_token_ids, params,
+                        arrival_time, chat_template_kwargs, lora_request, group, multimodal_data, tool_call_parser))
             self._streams[request_id] = stream
             self._num_added += 1
         return QueuedOutputs(stream.queue, lambda: self.abort(request_id))

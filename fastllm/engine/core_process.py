@@ -153,7 +153,7 @@ def run_engine_core(config: EngineConfig, request_window: Optional[int], conn: C
 
 def _add(llm: AsyncLLM, outbox: Outbox, fields: tuple) -> None:
     (request_id, prompt, prompt_token_ids, params, arrival_time, chat_template_kwargs, lora_request, group,
-     multimodal_data) = fields
+     multimodal_data, tool_call_parser) = fields
     stream = RemoteStream(request_id, outbox)
     multimodal = None
     outbox.num_added += 1
@@ -162,7 +162,8 @@ def _add(llm: AsyncLLM, outbox: Outbox, fields: tuple) -> None:
             prompt_token_ids, multimodal = llm.engine.process_media(prompt_token_ids, multimodal_data)
             multimodal_data = None
         llm.submit(_Add(request_id, prompt, prompt_token_ids, params, arrival_time, chat_template_kwargs, stream,
-                        lora_request, group, multimodal_data, multimodal, output_kind=OutputKind.DELTA))
+                        lora_request, group, multimodal_data, multimodal, output_kind=OutputKind.DELTA,
+                        tool_call_parser=tool_call_parser))
     except Exception as exc:  # bad media or an engine that stopped: this request fails alone
         if not isinstance(exc, (EngineDeadError, RequestError)):
             logger.exception("adding request %s failed", request_id)

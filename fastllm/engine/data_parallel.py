@@ -196,14 +196,15 @@ class DataParallelEngine:
                     params: SamplingParams, arrival_time: Optional[float] = None,
                     chat_template_kwargs: Optional[dict[str, Any]] = None,
                     output_kind: OutputKind = OutputKind.CUMULATIVE,
-                    lora_request: Any = None, multimodal_data: Optional[dict[str, Any]] = None) -> None:
+                    lora_request: Any = None, multimodal_data: Optional[dict[str, Any]] = None,
+                    tool_call_parser: Optional[str] = None) -> None:
         """``LLMEngine.add_request`` on the least-loaded replica (its adapter and media travel along)."""
         if request_id in self._owner:
             raise RequestError(f"request id {request_id!r} is already in use")
         replica = min(self.replicas, key=lambda r: (r.load.num_requests, r.load.kv_usage))
         status, value = self._call(replica, "add_request", request_id, prompt, prompt_token_ids, params,
                                    arrival_time, chat_template_kwargs, output_kind, lora_request,
-                                   multimodal_data)
+                                   multimodal_data, tool_call_parser)
         if status == "rejected":
             raise RequestError(*value)
         replica.owned.add(request_id)

@@ -174,7 +174,7 @@ class LLMEngine:
                     chat_template_kwargs: Optional[dict[str, Any]] = None,
                     output_kind: OutputKind = OutputKind.CUMULATIVE,
                     lora_request: Optional[LoRARequest] = None,
-                    multimodal_data: Optional[dict[str, Any]] = None,
+                    multimodal_data: Optional[dict[str, Any]] = None, tool_call_parser: Optional[str] = None,
                     multimodal: Optional[MultimodalInputs] = None, grammar: Any = None) -> None:
         """Queue a request; raises RequestError (and queues nothing) when the input is bad.
         ``multimodal_data``: images and videos (``{"image": [...], "video": [...]}``) for the
@@ -183,9 +183,12 @@ class LLMEngine:
         ``output_kind``: what ``step()`` returns for it (``fastllm.engine.output_processor``): its
         output after every step that advanced it (streaming), only once it finishes (offline
         generation), or each step's delta (the engine-core process). ``grammar``: the
-        request's guided-decoding spec as ``compile_grammar`` returned it, compiled beforehand."""
+        request's guided-decoding spec as ``compile_grammar`` returned it, compiled beforehand.
+        ``tool_call_parser``: the ``tool_parsers`` entry that splits tool calls from its text."""
         if request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
+        # the caller's ids unless tokenized or media-expanded here: its deltas need not send them back
+        caller_has_ids = prompt_token_ids is not None and not multimodal_data and multimodal is None
         if prompt_token_ids is None:
             prompt_token_ids = self.inputs.tokenize(prompt)
         if multimodal_data:
@@ -208,7 +211,8 @@ class LLMEngine:
                 seq.structured_state = self.structured_output.new_matcher(compiled)
             seqs.append(seq)
         self.requests[request_id] = self.output_processor.new_request(
-            request_id, prompt, seqs, arrival_time or time.time(), thinking, output_kind)
+            request_id, prompt, seqs, arrival_time or time.time(), thinking, output_kind, tool_call_parser,
+            caller_has_ids)
         for seq in seqs:
             if self.speculator is not None:
                 self.speculator.on_prompt(seq)

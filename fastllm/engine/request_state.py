@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from fastllm.engine.detokenizer import Detokenizer
@@ -12,6 +12,17 @@ from fastllm.outputs import RequestMetrics
 
 if TYPE_CHECKING:
     from fastllm.engine.output_processor import OutputKind, SentOutput
+
+
+@dataclass
+class ToolCallSplit:
+    """One sample's content through its request's tool parser: what is not a call, and the calls
+    as the parser streamed them (``fastllm.chat.ToolCallDelta``; ``add_tool_calls`` sums them)."""
+
+    stream: Any  # the parser's ParserStream; None once finished
+    fed_chars: int = 0
+    content: str = ""
+    parts: list = field(default_factory=list)
 
 
 @dataclass
@@ -24,6 +35,7 @@ class SampleState:
     reasoning_content: str = ""
     content: str = ""
     parsed_chars: int = 0
+    tools: Optional[ToolCallSplit] = None  # None: the request parses no tool calls
     send_idx: int = 0
 
     def take(self, delta: Any) -> None:

@@ -21,6 +21,7 @@ class CpuPlatform:
     overlaps_steps = False  # a CPU op returns when it is done
     warms_up_kernels = False
     measures_rooflines = False
+    triton_rounds_fp8_exactly = False  # Triton's interpreter
 
     @classmethod
     def is_available(cls) -> bool:

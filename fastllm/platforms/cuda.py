@@ -24,6 +24,7 @@ class CudaPlatform:
     overlaps_steps = True
     warms_up_kernels = True
     measures_rooflines = True
+    triton_rounds_fp8_exactly = True
 
     def __init__(self) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())

@@ -24,6 +24,9 @@ class Platform(Protocol):
     """Kernels compile on first use: run every variant once before serving."""
     measures_rooflines: bool
     """The benchmarks measure its copy bandwidth and matmul rate (an accelerator's roofs)."""
+    triton_rounds_fp8_exactly: bool
+    """Triton kernels round to fp8 as torch does (Triton's CPU interpreter does not, so attention
+    backends store an fp8 KV cache with torch there)."""
 
     @classmethod
     def is_available(cls) -> bool: ...

@@ -41,7 +41,7 @@ def register_load_formats() -> Factories:
 def register_attention_backends() -> Factories:
     """Paged-attention implementations keyed by name (``torch``, ``triton``).
 
-    Each follows ``fastllm.attention.interface.AttentionBackend``.
+    A factory is called as ``cls(platform)`` and follows ``fastllm.attention.interface.AttentionBackend``.
     """
 
 

@@ -66,7 +66,7 @@ class ModelRunner:
                              f"registered models are {', '.join(registry.names('models'))}")
         model_cls = registry.get("models", architectures[0])
         self.backend = registry.get("attention_backends",
-                                    config.attention_backend or platform.default_attention_backend)()
+                                    config.attention_backend or platform.default_attention_backend)(platform)
         quantizer = build_quantizer(config.quantization, hf_config)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)

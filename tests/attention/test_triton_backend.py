@@ -16,9 +16,11 @@ from fastllm import LLM, SamplingParams
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.attention.torch_backend import TorchAttentionBackend
 from fastllm.attention.triton_backend import TritonAttentionBackend
+from fastllm.engine.llm_engine import select_platform
 from fastllm.layers.rotary import RotaryEmbedding, Rotation
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+PLATFORM = select_platform(None)  # the device's: it says whether Triton stores fp8 exactly
 HEADS, KV_HEADS, DIM = 8, 2, 32  # GQA 4:1
 SCALE = DIM ** -0.5
 
@@ -57,7 +59,7 @@ def _both(qkv, caches, meta):
     """(triton output, torch output), each backend on its own copy of the caches; the caches must match."""
     ref_caches = [c.clone() for c in caches]
     expected = TorchAttentionBackend().forward(*qkv, *ref_caches, meta, SCALE)
-    got = TritonAttentionBackend().forward(*qkv, *caches, meta, SCALE)
+    got = TritonAttentionBackend(PLATFORM).forward(*qkv, *caches, meta, SCALE)
     for cache, ref in zip(caches, ref_caches):
         assert torch.equal(cache.view(torch.uint8), ref.view(torch.uint8))
     return got, expected
@@ -100,7 +102,7 @@ def test_padded_decode_rows_change_nothing():
         block_tables=torch.cat([meta.block_tables, torch.zeros_like(meta.block_tables)]),
         num_decodes=4, max_query_len=1, max_seq_len=512, query_lens_cpu=[1] * 4, seq_lens_cpu=[512] * 4)
 
-    got = TritonAttentionBackend().forward(torch.cat([q, pad]), torch.cat([k, k]), torch.cat([v, v]),
+    got = TritonAttentionBackend(PLATFORM).forward(torch.cat([q, pad]), torch.cat([k, k]), torch.cat([v, v]),
                                            *caches, padded, SCALE)
 
     assert _rel_err(got[:2], expected) < 1e-3 and torch.isfinite(got).all()
@@ -120,7 +122,7 @@ def test_fp8_cache_matches_torch(cache_dtype, dtype, tol, caplog):
     inexactly), with one warning."""
     torch.manual_seed(3)
     qkv, caches, meta = _batch(**MIXED, block_size=16, dtype=dtype, cache_dtype=cache_dtype)
-    backend, ref_caches = TritonAttentionBackend(), [c.clone() for c in caches]
+    backend, ref_caches = TritonAttentionBackend(PLATFORM), [c.clone() for c in caches]
     expected = TorchAttentionBackend().forward(*qkv, *ref_caches, meta, SCALE)
     with caplog.at_level(logging.WARNING, logger="fastllm.attention.triton_backend"):
         got = backend.forward(*qkv, *caches, meta, SCALE)
@@ -143,7 +145,7 @@ def test_rotation_fused_into_the_cache_write(cache_dtype):
     ref_caches = [c.clone() for c in caches]
     expected = TorchAttentionBackend().forward(q_ref, k_ref, v, *ref_caches, meta, SCALE)
 
-    got = TritonAttentionBackend().forward(q, k, v, *caches, meta, SCALE, rotation=Rotation(positions, rotary))
+    got = TritonAttentionBackend(PLATFORM).forward(q, k, v, *caches, meta, SCALE, rotation=Rotation(positions, rotary))
 
     assert torch.allclose(q, q_ref, atol=1e-5) and torch.allclose(k, k_ref, atol=1e-5)
     tol = 1e-5 if cache_dtype is None else 0.07  # an fp8 step where fp32 rounding differs
@@ -155,7 +157,7 @@ def test_rotation_fused_into_the_cache_write(cache_dtype):
 def test_missing_kernels_name_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "fastllm_kernels", None)
     with pytest.raises(ImportError, match="pip install -e kernels"):
-        TritonAttentionBackend()
+        TritonAttentionBackend(PLATFORM)
 
 
 def test_greedy_output_equals_torch_backend(tiny_llama_dir):

@@ -1,11 +1,12 @@
-"""The output processor: a request's deltas add up to its cumulative outputs, and stop strings and
-reasoning come out the same whether the text arrives token by token or at once."""
+"""The output processor: a request's deltas add up to its cumulative outputs, and stop strings,
+reasoning and tool calls come out the same whether the text arrives token by token or at once."""
 
 from __future__ import annotations
 
 import pytest
 
 from fastllm import SamplingParams, registry
+from fastllm.chat import tool_parser
 from fastllm.engine.output_deltas import DeltaDecoder
 from fastllm.engine.output_processor import OutputKind, OutputProcessor
 from fastllm.engine.sequence import Sequence
@@ -22,11 +23,12 @@ def completions(output) -> list[tuple]:
     return [tuple(getattr(c, name) for name in FIELDS) for c in output.completions]
 
 
-def feed(processor: OutputProcessor, tokenizer, text: str, params: SamplingParams, kind: OutputKind) -> list:
+def feed(processor: OutputProcessor, tokenizer, text: str, params: SamplingParams, kind: OutputKind,
+         tool_call_parser: str | None = None) -> list:
     """Hand the tokens of ``text`` to the processor one at a time, as the engine does; every
     output it emits, deltas decoded back into outputs."""
     seq = Sequence("r", 0, tokenizer.encode("Say:"), params, frozenset([tokenizer.eos_token_id]), 512)
-    state = processor.new_request("r", "Say:", [seq], 0.0, True, kind)
+    state = processor.new_request("r", "Say:", [seq], 0.0, True, kind, tool_call_parser)
     decoder, outputs = DeltaDecoder("r", 0.0), []
     for token in tokenizer.encode(text):
         seq.append_token(token)
@@ -70,6 +72,30 @@ def test_streamed_reasoning_equals_the_one_shot_split(tokenizer):
                for o in streamed)
 
 
+def test_tool_calls_are_split_alike_in_every_output_kind(tokenizer):
+    """A request naming a tool parser: cumulative, final-only and delta-rebuilt outputs carry the
+    calls the parser finds in the whole text at once, and only the rest as text; streamed, the
+    calls only grow and each keeps the id it came with."""
+    text = 'Let me check. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    params = SamplingParams(max_tokens=len(tokenizer.encode(text)))
+    expected = tool_parser("hermes", tokenizer).extract(text)
+    assert expected.tool_calls and expected.content == "Let me check. "
+
+    def shown(output) -> tuple:
+        return output.outputs.text, [(call.name, call.arguments) for call in output.outputs.tool_calls]
+
+    runs = {kind: feed(OutputProcessor(tokenizer), tokenizer, text, params, kind, "hermes") for kind in OutputKind}
+    assert [shown(o) for o in runs[OutputKind.DELTA]] == [shown(o) for o in runs[OutputKind.CUMULATIVE]]
+    for outputs in runs.values():
+        assert shown(outputs[-1]) == (expected.content, [(c.name, c.arguments) for c in expected.tool_calls])
+    streamed = runs[OutputKind.DELTA]
+    assert len(streamed) > 2 and streamed[0].outputs.tool_calls == []
+    (call,) = streamed[-1].outputs.tool_calls
+    assert call.id.startswith("call_") and all(c.id == call.id for o in streamed for c in o.outputs.tool_calls)
+    plain = feed(OutputProcessor(tokenizer), tokenizer, text, params, OutputKind.CUMULATIVE)
+    assert (plain[-1].outputs.text, plain[-1].outputs.tool_calls) == (text, None)
+
+
 def test_the_engine_streams_deltas_equal_to_its_cumulative_outputs(smollm2_llm):
     """Both kinds in one engine, with n=2, a stop string and logprobs: every step's delta rebuilds
     the cumulative output of that step, and the final-only request gets the same last output."""
@@ -96,3 +122,18 @@ def test_the_engine_streams_deltas_equal_to_its_cumulative_outputs(smollm2_llm):
         assert [value for _, value in got] == pytest.approx([value for _, value in want], rel=1e-4)
     assert completions(final) == completions(cumulative[-1]) and final.finished and streamed[-1].finished
     assert final.outputs.finish_reason == "stop" and len(final.outputs.text) < len(text)
+
+
+def test_deltas_send_the_prompt_ids_only_where_the_engine_made_them(smollm2_llm):
+    """The delta consumer (the engine-core front end) has the token ids it sent: the first delta
+    of such a request carries none, a text-only request's carries what the engine tokenized."""
+    engine = smollm2_llm.engine
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    engine.add_request("ids", "Hello there", [5, 6, 7], params, output_kind=OutputKind.DELTA)
+    engine.add_request("text", "Hello there", None, params, output_kind=OutputKind.DELTA)
+    deltas: dict[str, list] = {"ids": [], "text": []}
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            deltas[output.request_id].append(output.payload)
+    assert [delta[0] for delta in deltas["ids"]] == [None, None]
+    assert [delta[0] for delta in deltas["text"]] == [engine.inputs.tokenize("Hello there"), None]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import openai
 import pytest
@@ -10,6 +12,7 @@ from PIL import Image
 from fastllm import LLM, SamplingParams
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
+from fastllm.engine.core_client import EngineCoreClient
 from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, data_url, hf_greedy_mm, image
 from tests.server.conftest import start_server
 
@@ -97,6 +100,24 @@ def test_server_image_url_parts(checkpoint, tmp_path):
     finally:
         server.stop()
         engine.shutdown(timeout=10)
+
+
+def test_engine_core_sends_back_the_prompt_its_media_expanded(checkpoint, llm):
+    """The core echoes no prompt, except token ids it made: media placeholders it expanded."""
+    engine = EngineCoreClient(EngineConfig(model=checkpoint[0], max_model_len=512, num_gpu_blocks_override=64,
+                                           block_size=16, limit_mm_per_prompt={"image": 1}))
+    text, media = "ok " + IMAGE, {"image": [image(28, 28, 5)]}
+    ids = llm.engine.inputs.tokenize(text)
+
+    async def final():
+        return [output async for output in engine.generate("mm", text, ids, GREEDY, multimodal_data=media)][-1]
+
+    try:
+        output = asyncio.run(final())
+    finally:
+        engine.shutdown(timeout=10)
+    expanded = llm.engine.process_media(ids, media)[0]
+    assert len(expanded) > len(ids) and (output.prompt, output.prompt_token_ids) == (text, expanded)
 
 
 def test_tensor_parallel_matches_one_rank(checkpoint, llm):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 
-from fastllm.chat import tool_parser
+from fastllm.chat import ToolCall
 from fastllm.entrypoints.openai.chat_choice import ChoiceStream
 from fastllm.entrypoints.openai.protocol_chat import NamedFunction, NamedToolChoice
 from fastllm.outputs import CompletionOutput
-
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
 def outputs(reasoning: str, content: str, step: int = 3) -> list[CompletionOutput]:
@@ -25,10 +23,6 @@ def outputs(reasoning: str, content: str, step: int = 3) -> list[CompletionOutpu
     return result
 
 
-def hermes():
-    return tool_parser("hermes", tokenizer=None)
-
-
 def test_deltas_carry_reasoning_then_content():
     stream = ChoiceStream("none")
     deltas = [stream.delta(o) for o in outputs("thinking about it", "Paris.")]
@@ -38,14 +32,22 @@ def test_deltas_carry_reasoning_then_content():
 
 
 def test_auto_tool_calls_streamed_and_whole_agree():
-    stream = ChoiceStream("auto", hermes())
-    parts = [call for o in outputs("", "Let me check. " + CALL) for call in (stream.delta(o).tool_calls or [])]
-    assert parts[0].function.name == "get_weather" and parts[0].id
+    """The engine's parsed calls (cumulative, arguments growing) become OpenAI deltas: the first
+    names the call, later ones only extend its arguments; the whole output gives one message."""
+    whole = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    steps = [CompletionOutput(index=0, text="Let me check. ", tool_calls=[]),
+             CompletionOutput(index=0, text="Let me check. ", tool_calls=[ToolCall("call_1", "get_weather", '{"ci')]),
+             CompletionOutput(index=0, text="Let me check. ", tool_calls=[whole], finish_reason="stop")]
+    stream = ChoiceStream("auto")
+    deltas = [stream.delta(o) for o in steps]
+    parts = [call for d in deltas for call in d.tool_calls or []]
+    assert (parts[0].id, parts[0].type, parts[0].function.name) == ("call_1", "function", "get_weather")
+    assert all((p.id, p.type, p.function.name) == (None, None, None) for p in parts[1:])
     assert json.loads("".join(p.function.arguments or "" for p in parts)) == {"city": "Paris"}
-    assert stream.finish_reason(CompletionOutput(index=0, finish_reason="stop")) == "tool_calls"
+    assert "".join(d.content or "" for d in deltas) == "Let me check. "
+    assert stream.finish_reason(steps[-1]) == "tool_calls"
 
-    message = ChoiceStream("auto", hermes()).message(
-        CompletionOutput(index=0, text="Let me check. " + CALL, finish_reason="stop"))
+    message = ChoiceStream("auto").message(steps[-1])
     assert message.content.strip() == "Let me check."
     assert [c.function.name for c in message.tool_calls] == ["get_weather"]
     assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Paris"}

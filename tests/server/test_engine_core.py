@@ -8,6 +8,7 @@ start says why in the front end; the delta codec rebuilds every cumulative outpu
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -19,7 +20,8 @@ from fastllm.engine.input_processor import RequestError
 from fastllm.engine.output_deltas import DeltaDecoder
 from fastllm.engine.output_processor import OutputKind, OutputProcessor
 from fastllm.engine.sequence import Sequence
-from fastllm.sampling_params import SamplingParams
+from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
+from tests.chat.forced import CALL, CALL_ARGUMENTS
 from tests.server.conftest import MODEL, start_server
 
 
@@ -199,3 +201,26 @@ def test_stop_strings_over_the_pipe_end_as_in_process(core, smollm2_llm):
         [[getattr(c, f) for f in fields] for c in offline.completions]
     assert offline.outputs.finish_reason == "stop" and streamed[-1].finished
     assert all(offline.completions[c.index].text.startswith(c.text) for o in streamed for c in o.completions)
+
+
+def test_tool_calls_are_split_in_the_core(core):
+    """A request naming a tool parser gets its calls out of its text in the core process."""
+    params = SamplingParams(temperature=0, max_tokens=64, guided_decoding=GuidedDecodingParams(choice=[CALL]))
+
+    async def collect() -> list:
+        return [output async for output in core.generate("tools", f"Reply with exactly this text:\n{CALL}", None,
+                                                          params, tool_call_parser="hermes")]
+
+    final = asyncio.run(collect())[-1].outputs
+    (call,) = final.tool_calls
+    assert (final.text, call.name, json.loads(call.arguments)) == ("", "get_weather", CALL_ARGUMENTS)
+
+
+def test_outputs_carry_the_front_ends_prompt(core):
+    """The core sends no prompt back: outputs carry the front's text and ids, or the ids the core made."""
+    async def final(request_id: str, ids) -> object:
+        return [output async for output in core.generate(request_id, "Hi", ids, SamplingParams(max_tokens=2))][-1]
+
+    with_ids, text_only = asyncio.run(final("with-ids", [5, 6, 7])), asyncio.run(final("text-only", None))
+    assert (with_ids.prompt, with_ids.prompt_token_ids) == ("Hi", [5, 6, 7])
+    assert (text_only.prompt, text_only.prompt_token_ids) == ("Hi", core.inputs.tokenize("Hi"))

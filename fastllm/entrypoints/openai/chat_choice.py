@@ -1,28 +1,30 @@
 """One chat choice's cumulative engine output turned into OpenAI deltas (or, in one go, a message).
 
-The engine already splits reasoning from content; this adds what tool_choice
-asks for: a tool parser over the content (``auto``), the content as a named
-function's arguments, or the content read back as ``required`` calls at the end.
-Sending a whole output as one delta gives the non-streamed message, so both
-paths share this code.
+The engine already splits reasoning and, for ``auto``, tool calls from the
+content (``fastllm.engine.output_processor``); this turns those calls into
+OpenAI deltas, and adds what the other tool choices ask for: the content as a
+named function's arguments, or the content read back as ``required`` calls at
+the end. Sending a whole output as one delta gives the non-streamed message, so
+both paths share this code.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
+from fastllm.chat.interface import ToolCall as ParsedToolCall
 from fastllm.entrypoints.openai.chat_tools import new_tool_call_id, required_tool_calls
 from fastllm.entrypoints.openai.protocol_chat import ChatMessage, FunctionCall, NamedToolChoice, ToolCall
 from fastllm.outputs import CompletionOutput
 
 
 class ChoiceStream:
-    def __init__(self, tool_choice: Union[str, NamedToolChoice], tool_parser: Any = None):
+    def __init__(self, tool_choice: Union[str, NamedToolChoice]):
         self.tool_choice = tool_choice
-        self.parser_stream = tool_parser.stream() if tool_choice == "auto" and tool_parser is not None else None
         self.reasoning_chars = 0
         self.content_chars = 0
         self.required_text = ""
+        self.arguments_chars: list[int] = []  # of each parsed call, as far as sent
         self.num_tool_call_parts = 0
         self.finished = False
 
@@ -33,8 +35,8 @@ class ChoiceStream:
         self.reasoning_chars, self.content_chars = len(completion.reasoning_content), len(completion.text)
         self.finished = completion.finish_reason is not None
         tool_calls: list[ToolCall] = []
-        if self.parser_stream is not None:
-            content, tool_calls = self._parse(content)
+        if completion.tool_calls is not None:
+            tool_calls = self._parsed(completion.tool_calls)
         elif isinstance(self.tool_choice, NamedToolChoice) and content:
             if self.num_tool_call_parts == 0:  # the first delta names the call, later ones only extend arguments
                 call = ToolCall(index=0, id=new_tool_call_id(),
@@ -73,11 +75,17 @@ class ChoiceStream:
             return "tool_calls"
         return completion.finish_reason
 
-    def _parse(self, content: str) -> tuple[str, list[ToolCall]]:
-        deltas = [self.parser_stream.feed(content)] if content else []
-        if self.finished:
-            deltas.append(self.parser_stream.finish())
-        calls = [ToolCall(index=part.index, id=part.id, type="function" if part.id else None,
-                          function=FunctionCall(name=part.name, arguments=part.arguments))
-                 for delta in deltas for part in delta.tool_calls]
-        return "".join(delta.content for delta in deltas), calls
+    def _parsed(self, calls: list[ParsedToolCall]) -> list[ToolCall]:
+        """The engine's parsed calls as deltas: a new call with its id and name, then what its
+        arguments grew by."""
+        deltas = []
+        for index, call in enumerate(calls):
+            if index == len(self.arguments_chars):
+                deltas.append(ToolCall(index=index, id=call.id or None, type="function" if call.id else None,
+                                       function=FunctionCall(name=call.name or None, arguments=call.arguments)))
+                self.arguments_chars.append(len(call.arguments))
+            elif len(call.arguments) > self.arguments_chars[index]:
+                deltas.append(ToolCall(index=index, type=None,
+                                       function=FunctionCall(arguments=call.arguments[self.arguments_chars[index]:])))
+                self.arguments_chars[index] = len(call.arguments)
+        return deltas

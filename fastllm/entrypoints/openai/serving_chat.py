@@ -115,7 +115,7 @@ class ChatServing:
         return bool(request.tools) and request.effective_tool_choice == "auto" and self.tool_parser is not None
 
     def _choice_stream(self, request: ChatCompletionRequest) -> ChoiceStream:
-        return ChoiceStream(request.effective_tool_choice, self.tool_parser if self._parses_tools(request) else None)
+        return ChoiceStream(request.effective_tool_choice)
 
     async def _create(self, request: ChatCompletionRequest, raw: Request) -> Response:
         ctx = self.ctx
@@ -135,7 +135,8 @@ class ChatServing:
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         ctx.log_request(request_id, prompt_token_ids, params)
         streams = [ctx.stream(request_id, prompt, prompt_token_ids, params, request.chat_template_kwargs,
-                              ctx.lora_request(model), multimodal_data=media)]
+                              ctx.lora_request(model), multimodal_data=media,
+                              tool_call_parser=self.chat.parser_name if self._parses_tools(request) else None)]
         if request.stream:
             firsts = await cancel_on_disconnect(raw, start_all(streams))
             return StreamingResponse(self._events(request_id, model, request, firsts, streams),

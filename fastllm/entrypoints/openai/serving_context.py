@@ -155,7 +155,8 @@ class ServingContext:
     def stream(self, request_id: str, prompt: Optional[str], prompt_token_ids: Optional[list[int]],
                params: SamplingParams, chat_template_kwargs: Optional[dict[str, Any]] = None,
                lora_request: Optional[LoRARequest] = None, group: Optional[str] = None,
-               multimodal_data: Optional[dict[str, Any]] = None) -> OutputStream:
+               multimodal_data: Optional[dict[str, Any]] = None,
+               tool_call_parser: Optional[str] = None) -> OutputStream:
         """The engine's outputs for one request, engine errors as OpenAIErrors, metrics on finish.
 
         An engine whose ``generate`` sends the request at once (the core client) has it now, so the
@@ -165,7 +166,7 @@ class ServingContext:
         """
         try:
             outputs = self.engine.generate(request_id, prompt, prompt_token_ids, params, chat_template_kwargs,
-                                           lora_request, group, multimodal_data)
+                                           lora_request, group, multimodal_data, tool_call_parser)
         except (RequestError, EngineDeadError) as exc:
             raise self._engine_error(exc) from exc
         return EngineStream(self, outputs, lora_request and lora_request.lora_name)
