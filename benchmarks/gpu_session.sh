@@ -169,7 +169,7 @@ moetiles)  # the MoE kernels' GPU tests, then Qwen3-30B-A3B's decode tiles (bf16
   done
   ;;
 moecheck)  # the decode kernels' GPU tests, Qwen3-30B-A3B's batch-1 profile (bf16, fp8), Llama-3-8B batch 1
-  TAIL=5 step kernel_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_decode_attention.py \
+  TAIL=5 step kernel_tests 240 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_decode_attention.py \
     kernels/tests/test_rotary.py kernels/tests/test_kv_cache.py kernels/tests/test_fused_experts.py \
     kernels/tests/quant/test_weight_gemm.py
   TAIL=70 step profile_qwen3 200 $PY benchmarks/quant_decode.py --model qwen3-30b-a3b --methods bf16 fp8 \
