@@ -5,9 +5,8 @@ Decode is memory-bound: the cost is reading K and V once. So
 * one program serves all query heads of one kv head (GQA), K/V are read once per group and
   the group (padded to 16 rows) goes through the tensor cores;
 * a sequence's context is split into ``num_splits`` equal, tile-aligned pieces handled by
-  separate programs, so a batch of a few long sequences still fills the GPU; the last piece
-  of a kv head to finish merges them through their log-sum-exp (``fastllm_kernels.split_k``),
-  in piece order, so no second launch follows.
+  separate programs, so a batch of a few long sequences still fills the GPU; a second,
+  tiny kernel merges the pieces through their log-sum-exp.
 
 The running max of the online softmax (in log2 units) is rounded up to an integer, so every
 rescale is an exact power of two and each probability rounds to q's dtype for ``P @ V`` the
@@ -34,7 +33,6 @@ import triton.language as tl
 
 from fastllm_kernels.extend_attention import paged_extend_attention_ref
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
-from fastllm_kernels.split_k import TILE_COUNTERS, arrive_last, scratch
 
 _MAX_SPLITS = 64
 _MIN_TOKENS_PER_SPLIT = 256
@@ -43,12 +41,12 @@ _MIN_TOKENS_PER_SPLIT = 256
 @triton.jit
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    out_ptr, split_out_ptr, split_lse_ptr, lock_ptr, scale_log2e,
+    out_ptr, split_out_ptr, split_lse_ptr, scale_log2e,
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SPLITS_PAD: tl.constexpr,
-    MERGE_CHUNK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
@@ -93,33 +91,35 @@ def _decode_split_kernel(
     # An empty piece (short sequence, or seq_len 0) leaves l_i == 0: it writes zeros and lse -inf.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
-    dst = out_ptr + seq * stride_ob + heads[:, None] * stride_oh + dims[None, :]
     if not SPLIT:
+        dst = out_ptr + seq * stride_ob + heads[:, None] * stride_oh + dims[None, :]
         tl.store(dst, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
     else:
-        first = (seq * num_kv_heads * GROUP + heads) * num_splits  # the group's heads' pieces
-        tl.store(split_out_ptr + (first + split)[:, None] * HEAD_DIM + dims[None, :], o, mask=row_mask[:, None])
-        tl.store(split_lse_ptr + first + split, m_i + tl.log2(l_safe), mask=row_mask)
-        if arrive_last(lock_ptr, seq * num_kv_heads + kv_head, num_splits):
-            splits = tl.arange(0, SPLITS_PAD)
-            lse = tl.load(split_lse_ptr + first[:, None] + splits[None, :],
-                          mask=row_mask[:, None] & (splits < num_splits)[None, :], other=float("-inf"),
-                          cache_modifier=".cg")
-            lse_max = tl.max(lse, 1)
-            lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-            total = tl.sum(tl.exp2(lse - lse_max[:, None]), 1)
-            merged = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-            for base in range(0, num_splits, MERGE_CHUNK):
-                for offset in tl.static_range(MERGE_CHUNK):  # unrolled: a chunk's loads go out together
-                    piece = base + offset
-                    mask = row_mask & (rows * 0 + piece < num_splits)  # a vector: the interpreter needs one
-                    weight = tl.exp2(tl.load(split_lse_ptr + first + piece, mask=mask, other=float("-inf"),
-                                             cache_modifier=".cg") - lse_max)
-                    part = tl.load(split_out_ptr + (first + piece)[:, None] * HEAD_DIM + dims[None, :],
-                                   mask=mask[:, None], other=0.0, cache_modifier=".cg")
-                    merged += part * weight[:, None]
-            merged = merged / tl.where(total > 0, total, 1.0)[:, None]
-            tl.store(dst, merged.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+        part = (seq * num_kv_heads * GROUP + heads) * num_splits + split
+        tl.store(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], o, mask=row_mask[:, None])
+        tl.store(split_lse_ptr + part, m_i + tl.log2(l_safe), mask=row_mask)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    split_out_ptr, split_lse_ptr, out_ptr, stride_ob, stride_oh, num_splits,
+    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_inputs(PDL)
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    part = (seq * tl.num_programs(1) + head) * num_splits + splits
+    lse = tl.load(split_lse_ptr + part, mask=splits < num_splits, other=float("-inf"))
+    lse_max = tl.max(lse, 0)
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+    weight = tl.exp2(lse - lse_max)
+    o = tl.load(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :],
+                mask=(splits < num_splits)[:, None], other=0.0)
+    total = tl.sum(weight, 0)
+    merged = tl.sum(o * weight[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty))
 
 
 def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
@@ -157,19 +157,22 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if num_splits > 1:
         split_out = q.new_empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32)
         split_lse = q.new_empty((batch, num_heads, num_splits), dtype=torch.float32)
-        if batch * num_kv_heads > TILE_COUNTERS:
-            raise ValueError(f"{batch} sequences x {num_kv_heads} kv heads exceed {TILE_COUNTERS} arrival counters")
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, split_out, split_lse, scratch(q.device)[1],
+        q, k_cache, v_cache, block_tables, seq_lens, out, split_out, split_lse,
         scale * math.log2(math.e),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
-        SPLITS_PAD=triton.next_power_of_2(num_splits), MERGE_CHUNK=min(8, triton.next_power_of_2(num_splits)),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
         **pdl_launch(q.device),
     )
+    if num_splits > 1:
+        _decode_merge_kernel[(batch, num_heads)](
+            split_out, split_lse, out, out.stride(0), out.stride(1), num_splits,
+            SPLITS_PAD=triton.next_power_of_2(num_splits),
+            HEAD_DIM=head_dim, num_warps=4, **pdl_launch(q.device),
+        )
     return out
 
 
