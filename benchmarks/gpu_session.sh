@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moecheck, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -256,6 +256,15 @@ pair2)  # two GPUs, one short call: all-reduce by size, TP=1 and TP=2 batch-1 de
   done
   lane moe_ep2 130 $FASTLLM $MOE --enable-expert-parallel ${MOE_EP_ARGS:-} --output-json "$OUT/moe_ep2.json"
   lane moe_tp2 130 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
+  ;;
+ep2)  # two GPUs: expert parallelism's GPU tests, then Qwen3-30B-A3B offline at EP=2 with the all-to-all
+  # dispatch for prefill-sized steps against the all-reduce at every size (whole logs kept)
+  EP="bench throughput --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 -tp 2 --enable-expert-parallel \
+    --num-prompts 200 --input-len 1024 --output-len 128 --range-ratio 0"
+  TAIL=30 step ep_tests 100 $PY -m pytest -q -x -p no:cacheprovider tests/distributed/test_expert_dispatch.py \
+    tests/distributed/test_expert_parallel.py
+  TAIL=60 step ep_a2a 240 env FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS=512 $FASTLLM $EP --output-json "$OUT/ep_a2a.json"
+  TAIL=30 step ep_allreduce 130 $FASTLLM $EP --output-json "$OUT/ep_allreduce.json"
   ;;
 big4)  # four GPUs: Llama-3-70B at TP=4, batch 1 against the four GPUs' bandwidth limit, then offline with MFU
   OUT=$GATHERED
