@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, ep2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moecheck, b1, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -168,10 +168,12 @@ moetiles)  # the MoE kernels' GPU tests, then Qwen3-30B-A3B's decode tiles (bf16
       --tokens 1 16 --csv "$OUT/fused_moe_$fmt.csv"
   done
   ;;
-moecheck)  # the decode kernels' GPU tests, Qwen3-30B-A3B's batch-1 profile (bf16, fp8), Llama-3-8B batch 1
+moecheck)  # the decode kernels' GPU tests, then the batch-1 figures of phase b1
   TAIL=5 step kernel_tests 240 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_decode_attention.py \
     kernels/tests/test_rotary.py kernels/tests/test_kv_cache.py kernels/tests/test_fused_experts.py \
     kernels/tests/quant/test_weight_gemm.py
+  ;&
+b1)  # Qwen3-30B-A3B's batch-1 profile (bf16, fp8), Llama-3-8B batch 1
   TAIL=70 step profile_qwen3 200 $PY benchmarks/quant_decode.py --model qwen3-30b-a3b --methods bf16 fp8 \
     --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 --out "$OUT/profile_qwen3.json"
   step decode_llama 120 $PY benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 3 \
