@@ -26,7 +26,7 @@ demo: install
 	$(BIN)fastllm bench throughput --num-prompts 32 --input-len 128 --output-len 64 --compare hf --quiet
 
 test: install
-	PATH="$(abspath $(BIN)):$$PATH" $(PYTHON) -m pytest -p no:cacheprovider --durations=15
+	PATH="$(abspath $(BIN)):$$PATH" $(PYTHON) -m pytest -p no:cacheprovider --durations=40
 
 bench: install
 	$(BIN)fastllm bench throughput --num-prompts 64 --compare hf
