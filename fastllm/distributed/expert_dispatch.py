@@ -74,3 +74,20 @@ def all_gather_rows(part: torch.Tensor, total: int, group: Optional[dist.Process
     parts = [torch.empty_like(padded) for _ in range(ranks)]
     dist.all_gather(parts, padded, group=group)
     return torch.cat(parts)[:total]
+
+
+def gather_replica_tokens(hidden: torch.Tensor) -> tuple[torch.Tensor, slice]:
+    """Every data-parallel replica's step tokens ``[n_r, H]`` joined in rank order on every rank,
+    and where this replica's rows sit in them (data-parallel attention with expert parallelism:
+    the replicas' batches differ in size, so counts travel first and rows go padded)."""
+    ranks, rank = dist.get_world_size(), dist.get_rank()
+    count = torch.tensor([hidden.shape[0]], dtype=torch.long, device=hidden.device)
+    counts = [torch.empty_like(count) for _ in range(ranks)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    padded = hidden.new_zeros((max(sizes),) + tuple(hidden.shape[1:]))
+    padded[:hidden.shape[0]] = hidden
+    parts = [torch.empty_like(padded) for _ in range(ranks)]
+    dist.all_gather(parts, padded)
+    start = sum(sizes[:rank])
+    return torch.cat([part[:size] for part, size in zip(parts, sizes)]), slice(start, start + sizes[rank])

@@ -29,6 +29,9 @@ class Layout:
     fast_all_reduce: Optional["SymmetricAllReduce"] = None  # for the tensors it fits
     # expert parallelism dispatches steps of at least this many tokens by all-to-all (None: never)
     expert_all_to_all_min_tokens: Optional[int] = None
+    # data-parallel attention with expert parallelism: each rank is a one-GPU engine replica with
+    # its own requests, and the MoE layers place their experts over all the replicas
+    experts_over_replicas: bool = False
 
 
 _layout = Layout()
@@ -57,6 +60,16 @@ def set_layout(tensor_parallel_size: int, pipeline_parallel_size: int, expert_pa
                      expert_all_to_all_min_tokens=expert_all_to_all_min_tokens)
 
 
+def set_experts_over_replicas() -> None:
+    """This process is one replica of a data-parallel group whose ranks share the MoE experts."""
+    global _layout
+    _layout = Layout(experts_over_replicas=True)
+
+
+def experts_over_replicas() -> bool:
+    return _layout.experts_over_replicas and dist.is_initialized()
+
+
 def set_fast_all_reduce(reduce: Optional["SymmetricAllReduce"]) -> None:
     """An all-reduce for the tensors it ``fits``; None: the group's own for every tensor."""
     _layout.fast_all_reduce = reduce
@@ -81,11 +94,16 @@ def tp_rank() -> int:
 
 
 def ep_size() -> int:
-    """Over how many ranks MoE experts are placed (the tensor-parallel ones), 1 without expert parallelism."""
+    """Over how many ranks MoE experts are placed (the tensor-parallel ones, or every data-parallel
+    replica), 1 without expert parallelism."""
+    if experts_over_replicas():
+        return dist.get_world_size()
     return tp_size() if _layout.expert_parallel else 1
 
 
 def ep_rank() -> int:
+    if experts_over_replicas():
+        return dist.get_rank()
     return tp_rank() if _layout.expert_parallel else 0
 
 
@@ -104,7 +122,7 @@ def pp_size() -> int:
 
 
 def pp_rank() -> int:
-    return dist.get_rank() // tp_size() if dist.is_initialized() else 0
+    return dist.get_rank() // tp_size() if pp_size() > 1 else 0
 
 
 def is_first_stage() -> bool:

@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from fastllm.distributed.parallel_state import reset_layout, set_fast_all_reduce, set_layout, tp_group
+from fastllm.distributed.parallel_state import (reset_layout, set_experts_over_replicas, set_fast_all_reduce,
+                                                set_layout, tp_group)
 from fastllm.platforms.symmetric_all_reduce import symmetric_all_reduce
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
@@ -61,6 +62,18 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
                expert_all_to_all_min_tokens)
     if world_size > pipeline_parallel_size:
         set_fast_all_reduce(symmetric_all_reduce(tp_group(), device))
+
+
+def init_replica_experts(rank: int, world_size: int, init_method: str, backend: str, device: torch.device) -> None:
+    """Join data-parallel replica ``rank``'s group: one rank a replica, whose MoE layers place
+    their experts over all the replicas (``parallel_state.experts_over_replicas``)."""
+    if dist.is_initialized():
+        raise RuntimeError("torch.distributed is already initialized in this replica's process")
+    if backend == "nccl":
+        os.environ.update(NCCL_ENV)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                            device_id=None if device.type == "cpu" else device)
+    set_experts_over_replicas()
 
 
 def destroy_tensor_parallel() -> None:

@@ -3,6 +3,12 @@
 Each replica is a whole ``LLMEngine`` (its own scheduler, KV cache and, under tensor or pipeline
 parallelism, its own workers). This process only places requests and relays outputs, so replicas
 step independently: ``step`` returns the outputs of whichever replicas finished a step first.
+
+With ``enable_expert_parallel`` (MoE models: data-parallel attention, expert-parallel experts)
+the replicas, one rank each, form one process group over which every MoE layer places its
+experts and exchanges its tokens. Their forward passes must meet, so they step together: every
+replica steps whenever any has work (an idle one runs a one-token pass), and a step ends when
+all have.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from typing import Any, Optional
 import torch
 
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import ep_size
+from fastllm.distributed.process_group import destroy_tensor_parallel, free_tcp_port, init_replica_experts
 from fastllm.engine.input_processor import RequestError
 from fastllm.engine.llm_engine import LLMEngine, load_model_files, select_platform
 from fastllm.engine.output_processor import OutputKind
@@ -39,14 +47,28 @@ def _kv_usage(engine: LLMEngine) -> float:
     return 1.0 - engine.kv_cache.num_free_blocks / engine.kv_cache.pool.num_usable_blocks
 
 
-def run_replica(config: EngineConfig, num_threads: int, conn: Connection) -> None:
+@dataclass(frozen=True)
+class ExpertGroup:
+    """A replica's place in the process group over which the MoE layers spread their experts."""
+
+    rank: int
+    world_size: int
+    init_method: str
+
+
+def run_replica(config: EngineConfig, num_threads: int, conn: Connection,
+                experts: Optional[ExpertGroup] = None) -> None:
     """Process entry point: build the replica's engine, report its facts, then serve calls."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front, which shuts replicas down
     torch.set_num_threads(num_threads)
     engine, relay = None, PromptRelay()
     try:
+        if experts is not None:
+            platform = select_platform(config.platform)
+            init_replica_experts(experts.rank, experts.world_size, experts.init_method, platform.dist_backend,
+                                 platform.device)
         engine = LLMEngine(config)
-        conn.send(("ok", (engine.max_model_len, engine.dtype)))
+        conn.send(("ok", (engine.max_model_len, engine.dtype, ep_size())))
         while True:
             method, args = conn.recv()
             if method == "shutdown":
@@ -74,6 +96,7 @@ def run_replica(config: EngineConfig, num_threads: int, conn: Connection) -> Non
     finally:
         if engine is not None:
             engine.runner.shutdown()
+        destroy_tensor_parallel()
 
 
 class PromptRelay:
@@ -119,7 +142,18 @@ class ReplicaGroup:
     def __init__(self, config: EngineConfig, platform: Any):
         size = config.data_parallel_size
         per_replica = config.tensor_parallel_size * config.pipeline_parallel_size
-        replica_config = config.model_copy(update={"data_parallel_size": 1})
+        self.lockstep = config.enable_expert_parallel
+        update: dict[str, Any] = {"data_parallel_size": 1}
+        init_method = None
+        if self.lockstep:
+            if per_replica > 1:
+                raise ValueError("data_parallel_size with enable_expert_parallel runs replicas of one GPU "
+                                 "(tensor_parallel_size=1, pipeline_parallel_size=1)")
+            # the experts live over the replicas; steps meet, so none runs ahead (no overlap) and a
+            # layer's gather of a variable token count reads sizes on the host (no graphs)
+            update.update(enable_expert_parallel=False, async_scheduling=False, enforce_eager=True)
+            init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
+        replica_config = config.model_copy(update=update)
         threads = max(1, len(os.sched_getaffinity(0)) // size)
         ctx = mp.get_context("spawn")
         self.replicas: list[Replica] = []
@@ -130,18 +164,20 @@ class ReplicaGroup:
                 ours, theirs = ctx.Pipe()
                 # not a daemon, so that it may spawn tensor-parallel workers; it exits when told
                 # (the finalizer runs before multiprocessing joins children at exit) or at EOF
-                proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs),
+                experts = ExpertGroup(index, size, init_method) if init_method else None
+                proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs, experts),
                                    name=f"fastllm-dp-replica{index}")
                 with platform.only_devices(devices[index * per_replica:(index + 1) * per_replica]):
                     proc.start()
                 theirs.close()
                 self.replicas.append(Replica(proc, ours))
-            facts = [self.receive(replica) for replica in self.replicas]
+            facts = [self.receive(replica)[1] for replica in self.replicas]
         except BaseException:
             self.shutdown()
             raise
-        self.max_model_len = min(length for length, _ in facts)
+        self.max_model_len = min(length for length, _, _ in facts)
         self.dtype = facts[0][1]
+        self.expert_ranks = facts[0][2]  # over how many ranks each replica's MoE layers place experts
 
     def receive(self, replica: Replica) -> Any:
         """The replica's next reply; raises WorkerError if it failed or died instead."""
@@ -229,7 +265,10 @@ class DataParallelEngine:
 
     def step(self) -> list[RequestOutput]:
         """Start a step on every idle replica that has requests; return the outputs of those
-        that finish one first (and of any read meanwhile)."""
+        that finish one first (and of any read meanwhile). In lockstep, every replica steps
+        while any has requests, and the outputs come when all have finished the step."""
+        if self.runner.lockstep:
+            return self._step_together()
         for replica in self.replicas:
             if replica.owned and not replica.stepping:
                 self._start_step(replica)
@@ -239,6 +278,17 @@ class DataParallelEngine:
         for replica in stepping:
             if replica.conn.poll() or not replica.proc.is_alive():
                 self._read_step(replica, restart=True)
+        outputs, self._ready = self._ready, []
+        return outputs
+
+    def _step_together(self) -> list[RequestOutput]:
+        if any(replica.owned for replica in self.replicas):
+            for replica in self.replicas:
+                if not replica.stepping:
+                    self._start_step(replica)
+        for replica in self.replicas:
+            if replica.stepping:
+                self._read_step(replica)
         outputs, self._ready = self._ready, []
         return outputs
 

@@ -20,6 +20,7 @@ from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
 from fastllm.engine.stats import EngineStats
 from fastllm.engine.sequence import Sequence
+from fastllm.distributed.parallel_state import experts_over_replicas
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.models.interface import promote_text_config
@@ -106,6 +107,9 @@ class LLMEngine:
         self.inputs = InputProcessor(self.tokenizer, self.max_model_len, self.hf_config.vocab_size)
         self.speculator = self._speculative_decoder()
         self.drafts = DraftRoom(self.max_model_len)
+        # a data-parallel replica whose MoE layers meet the other replicas' every step runs one
+        # forward pass a step, an idle one if nothing is scheduled
+        self.lockstep = experts_over_replicas()
         self.overlap = self._overlap_steps()
         self.in_flight: Optional[InFlightStep] = None
         self.requests: dict[str, RequestState] = {}
@@ -166,6 +170,8 @@ class LLMEngine:
         A speculative decoder keeps it: steps without drafts overlap as in plain decoding, and
         only a step in which some sequence wants drafts runs on its own (see ``step``)."""
         wanted = self.config.async_scheduling
+        if self.lockstep:
+            return False
         return self.runner.overlaps_steps if wanted is None else wanted
 
     # ---- requests ------------------------------------------------------------------------------
@@ -331,6 +337,8 @@ class LLMEngine:
         if not out.scheduled:
             if previous is not None:
                 touched.update(self._read(previous))
+            if self.lockstep:
+                self.runner.idle_step()
         elif not self.overlap or any(item.num_draft_tokens for item in out.scheduled):
             touched.update(self._read(self._launch(out, overlapped=False)))
         elif previous is not None and self._samples_need_previous(out.scheduled):

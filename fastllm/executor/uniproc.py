@@ -27,6 +27,9 @@ class UniprocExecutor:
     def execute_model(self, scheduler_output: SchedulerOutput) -> None:
         self.runner.execute_model(scheduler_output)
 
+    def idle_step(self) -> None:
+        self.runner.idle_step()
+
     def sample_tokens(self, grammar: Optional[GrammarMask] = None) -> PendingStep:
         return self.runner.sample_tokens(grammar)
 

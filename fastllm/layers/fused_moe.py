@@ -11,7 +11,10 @@ rank holds ``E / ranks`` experts whole (``expert_ids``, the only ones the loader
 steps run every replicated token's routes to the local experts and the same sum adds the ranks'
 parts; steps of many tokens split the tokens over the ranks, send each only to the ranks holding
 its experts and back (``fastllm.distributed.expert_dispatch``), and gather the rows again
-(``parallel_state.use_expert_all_to_all`` picks).
+(``parallel_state.use_expert_all_to_all`` picks). Under data-parallel attention (``data_parallel_size``
+replicas with ``enable_expert_parallel``) the experts are placed over the replicas instead: each
+layer gathers every replica's tokens, runs their routes to the local experts, sums the ranks' parts
+and keeps its own rows.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from types import ModuleType
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastllm.distributed.expert_dispatch import all_gather_rows, dispatch_combine, token_share
-from fastllm.distributed.parallel_state import (all_reduce, ep_rank, ep_size, tp_group, tp_rank, tp_size,
-                                                use_expert_all_to_all)
+from fastllm.distributed.expert_dispatch import all_gather_rows, dispatch_combine, gather_replica_tokens, token_share
+from fastllm.distributed.parallel_state import (all_reduce, ep_rank, ep_size, experts_over_replicas, tp_group,
+                                                tp_rank, tp_size, use_expert_all_to_all)
 from fastllm.layers.fused import current_kernels
 
 ACTIVATIONS = {"silu": F.silu}
@@ -198,7 +202,9 @@ class FusedMoE(nn.Module):
         self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        if use_expert_all_to_all(hidden.shape[0]):
+        if experts_over_replicas():
+            out = self._routed_over_replicas(hidden)
+        elif use_expert_all_to_all(hidden.shape[0]):
             out = self._routed_all_to_all(hidden)
         else:
             topk_weights, topk_ids = self.gate(hidden)
@@ -222,6 +228,15 @@ class FusedMoE(nn.Module):
         topk_weights, topk_ids = self.gate(share)
         out = dispatch_combine(share, topk_weights, topk_ids, len(self.expert_ids), self._local_experts, tp_group())
         return all_gather_rows(out, hidden.shape[0], tp_group())
+
+    def _routed_over_replicas(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Data-parallel attention: every replica's tokens through this rank's experts, the parts
+        summed over the replicas (one all-reduce), this replica's rows kept."""
+        tokens, mine = gather_replica_tokens(hidden)
+        topk_weights, topk_ids = local_routes(*self.gate(tokens), self.expert_map)
+        out = self._local_experts(tokens, topk_weights, topk_ids)
+        dist.all_reduce(out)
+        return out[mine]
 
     # ---- loading ----------------------------------------------------------------------------
     def checkpoint_shapes(self, param: nn.Parameter) -> list[tuple[object, tuple[int, ...]]]:

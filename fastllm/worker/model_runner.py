@@ -144,10 +144,19 @@ class ModelRunner:
             inputs = self._dummy_inputs([(2, 1), (query_len + 1, query_len)])
             self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
 
-    def _dummy_inputs(self, shapes: list[tuple[int, int]], token_ids: Optional[list[int]] = None) -> ModelInputs:
+    @torch.inference_mode()
+    def idle_step(self) -> None:
+        """One token through the model in block 0, which no sequence owns: a data-parallel
+        replica with nothing scheduled keeps step with the others, whose MoE layers exchange
+        tokens with it every step."""
+        inputs = self._dummy_inputs([(1, 1)], first_block=0)
+        self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+
+    def _dummy_inputs(self, shapes: list[tuple[int, int]], token_ids: Optional[list[int]] = None,
+                      first_block: int = 1) -> ModelInputs:
         """A step of sequences given as (context length, new tokens), on consecutive blocks from
-        block 1; their tokens are ``token_ids`` one after another, or all 1."""
-        scheduled, next_block, used = [], 1, 0
+        ``first_block``; their tokens are ``token_ids`` one after another, or all 1."""
+        scheduled, next_block, used = [], first_block, 0
         for context, new in shapes:
             num_blocks = -(-context // self.block_size)
             ids = [1] * context if token_ids is None else token_ids[used:used + context]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import fastllm.layers.fused_moe as fused_moe
-from fastllm import LLM
+from fastllm import LLM, SamplingParams
 from fastllm.layers.fused_moe import FusedMoE
 from tests.conftest import hf_greedy
 from tests.models.test_moe_equivalence import MAX_NEW, PROMPTS, _greedy, _tokens
@@ -38,3 +38,28 @@ def test_expert_parallel_2_matches_hf(model_type, all_to_all, tmp_path, monkeypa
     finally:
         llm.shutdown()
 
+
+
+def test_data_parallel_attention_with_experts_over_the_replicas_matches_hf(tmp_path):
+    """Two one-rank replicas, each with its own requests and KV cache, hold half the experts each:
+    every MoE layer gathers both replicas' tokens. Prompts of other lengths and output budgets
+    leave one replica idle while the other decodes (it keeps step with a one-token pass)."""
+    folder, model = save_tiny_checkpoint("qwen3_moe", tmp_path)
+    budgets = [MAX_NEW, 3, MAX_NEW, 6]
+    expected = [hf_greedy(model, p, n) for p, n in zip(PROMPTS, budgets)]
+    llm = LLM(folder, dtype="float32", data_parallel_size=2, enable_expert_parallel=True,
+              num_gpu_blocks_override=64, block_size=16, max_num_batched_tokens=16)
+    try:
+        outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS],
+                               [SamplingParams(temperature=0.0, max_tokens=n) for n in budgets], use_tqdm=False)
+        assert llm.engine.runner.expert_ranks == 2  # each replica's layers hold half the experts
+        assert [len(r.owned) for r in llm.engine.replicas] == [0, 0]
+        assert _tokens(outputs) == expected
+    finally:
+        llm.shutdown()
+
+
+def test_data_parallel_experts_need_one_gpu_replicas(tmp_path):
+    folder, _ = save_tiny_checkpoint("qwen3_moe", tmp_path)
+    with pytest.raises(ValueError, match="tensor_parallel_size=1"):
+        LLM(folder, dtype="float32", data_parallel_size=2, tensor_parallel_size=2, enable_expert_parallel=True)
