@@ -68,12 +68,18 @@ def token_share(total: int, rank: int, ranks: int) -> slice:
 def all_gather_rows(part: torch.Tensor, total: int, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
     """Every rank's ``token_share`` rows joined back into ``[total, ...]`` on every rank."""
     ranks = dist.get_world_size(group)
-    chunk = -(-total // ranks)
-    padded = part.new_zeros((chunk,) + tuple(part.shape[1:]))
+    sizes = [token_share(total, rank, ranks) for rank in range(ranks)]
+    return _gather_padded(part, [share.stop - share.start for share in sizes], group)
+
+
+def _gather_padded(part: torch.Tensor, sizes: list[int], group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    """Rank ``r``'s ``sizes[r]`` rows joined in rank order on every rank (padded to the largest,
+    as all-gather wants equal parts)."""
+    padded = part.new_zeros((max(sizes),) + tuple(part.shape[1:]))
     padded[:part.shape[0]] = part
-    parts = [torch.empty_like(padded) for _ in range(ranks)]
+    parts = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(parts, padded, group=group)
-    return torch.cat(parts)[:total]
+    return torch.cat([rows[:size] for rows, size in zip(parts, sizes)])
 
 
 def gather_replica_tokens(hidden: torch.Tensor) -> tuple[torch.Tensor, slice]:
@@ -85,9 +91,5 @@ def gather_replica_tokens(hidden: torch.Tensor) -> tuple[torch.Tensor, slice]:
     counts = [torch.empty_like(count) for _ in range(ranks)]
     dist.all_gather(counts, count)
     sizes = [int(c.item()) for c in counts]
-    padded = hidden.new_zeros((max(sizes),) + tuple(hidden.shape[1:]))
-    padded[:hidden.shape[0]] = hidden
-    parts = [torch.empty_like(padded) for _ in range(ranks)]
-    dist.all_gather(parts, padded)
     start = sum(sizes[:rank])
-    return torch.cat([part[:size] for part, size in zip(parts, sizes)]), slice(start, start + sizes[rank])
+    return _gather_padded(hidden, sizes), slice(start, start + sizes[rank])

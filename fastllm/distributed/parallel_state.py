@@ -39,7 +39,7 @@ _layout = Layout()
 
 def expert_all_to_all_cut() -> Optional[int]:
     """``FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS``, read on the driver: every rank must take the same path.
-    Unset: the all-reduce at every size (the all-to-all has not yet run to the end of a GPU benchmark)."""
+    Unset: the all-reduce at every size (it beat the all-to-all on one NVLink host: benchmarks/RESULTS.md)."""
     cut = os.environ.get("FASTLLM_EP_ALL_TO_ALL_MIN_TOKENS")
     return None if cut is None else int(cut)
 

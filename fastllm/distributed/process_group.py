@@ -49,15 +49,9 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
 
     A CPU rank also narrows itself to its share of the cores (``cpu_threads_per_rank``).
     """
-    if dist.is_initialized():
-        raise RuntimeError("torch.distributed is already initialized in this process: only one "
-                           "tensor-parallel engine can live in a process at a time")
-    if backend == "nccl":
-        os.environ.update(NCCL_ENV)
     if device.type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(world_size))
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            device_id=None if device.type == "cpu" else device)
+    _join_default_group(rank, world_size, init_method, backend, device)
     set_layout(world_size // pipeline_parallel_size, pipeline_parallel_size, expert_parallel,
                expert_all_to_all_min_tokens)
     if world_size > pipeline_parallel_size:
@@ -67,13 +61,18 @@ def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: 
 def init_replica_experts(rank: int, world_size: int, init_method: str, backend: str, device: torch.device) -> None:
     """Join data-parallel replica ``rank``'s group: one rank a replica, whose MoE layers place
     their experts over all the replicas (``parallel_state.experts_over_replicas``)."""
+    _join_default_group(rank, world_size, init_method, backend, device)
+    set_experts_over_replicas()
+
+
+def _join_default_group(rank: int, world_size: int, init_method: str, backend: str, device: torch.device) -> None:
     if dist.is_initialized():
-        raise RuntimeError("torch.distributed is already initialized in this replica's process")
+        raise RuntimeError("torch.distributed is already initialized in this process: only one "
+                           "distributed engine can live in a process at a time")
     if backend == "nccl":
         os.environ.update(NCCL_ENV)
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                             device_id=None if device.type == "cpu" else device)
-    set_experts_over_replicas()
 
 
 def destroy_tensor_parallel() -> None:

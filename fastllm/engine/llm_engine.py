@@ -12,6 +12,7 @@ import torch
 from fastllm import registry
 from fastllm.adapters import LoRARequest
 from fastllm.config import EngineConfig
+from fastllm.distributed.parallel_state import experts_over_replicas
 from fastllm.engine.grammars import GrammarMasks, advance_grammars
 from fastllm.engine.input_processor import InputProcessor, RequestError
 from fastllm.engine.kv_cache_manager import KVCacheManager
@@ -20,7 +21,6 @@ from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
 from fastllm.engine.stats import EngineStats
 from fastllm.engine.sequence import Sequence
-from fastllm.distributed.parallel_state import experts_over_replicas
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.models.interface import promote_text_config
@@ -169,9 +169,9 @@ class LLMEngine:
 
         A speculative decoder keeps it: steps without drafts overlap as in plain decoding, and
         only a step in which some sequence wants drafts runs on its own (see ``step``)."""
-        wanted = self.config.async_scheduling
         if self.lockstep:
             return False
+        wanted = self.config.async_scheduling
         return self.runner.overlaps_steps if wanted is None else wanted
 
     # ---- requests ------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ class Attention(nn.Module):
         if rotation is not None:
             fuses = getattr(ctx.backend, "fuses_rotation", False) and rotation.positions.dim() == 1  # M-RoPE: none
             if rotation.norms is not None and fuses and not getattr(ctx.backend, "fuses_head_norms", False):
-                q, k = rotation.norms[0](q), rotation.norms[1](k)
+                q, k = rotation.normalize(q, k)
                 rotation = replace(rotation, norms=None)
             if not fuses:
                 q, k = rotation(q, k)

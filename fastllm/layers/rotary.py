@@ -110,9 +110,13 @@ class Rotation:
     norms: Optional[tuple[nn.Module, nn.Module]] = None
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.norms is not None:
-            query, key = self.norms[0](query), self.norms[1](key)
-        return self.rotary(self.positions, query, key)
+        return self.rotary(self.positions, *self.normalize(query, key))
+
+    def normalize(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query and key through the head norms (as they are without norms)."""
+        if self.norms is None:
+            return query, key
+        return self.norms[0](query), self.norms[1](key)
 
     @property
     def norm_weights(self) -> Optional[tuple[torch.Tensor, torch.Tensor, float]]:

@@ -30,18 +30,6 @@ def scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @triton.jit
-def arrive_last(lock_ptr, tile, splits):
-    """Whether this program is the last of ``splits`` to arrive at ``tile`` (its stores before
-    this call are visible to that program); the last one resets the counter."""
-    tl.debug_barrier()  # every thread's partials are out before the release below
-    arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
-    last = arrived == splits - 1
-    if last:
-        tl.atomic_xchg(lock_ptr + tile, 0)
-    return last
-
-
-@triton.jit
 def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k,
                        SPLIT_K: tl.constexpr):
     """Store ``acc [R, C]`` (fp32), or, split along K, park it and let the last split add them all."""
@@ -52,8 +40,11 @@ def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr
     else:
         ws_ptrs = ws_ptr + rows[:, None] * N + cols[None, :]
         tl.store(ws_ptrs + pid_k * M * N, acc, mask=mask)
-        if arrive_last(lock_ptr, tile, SPLIT_K):
+        tl.debug_barrier()  # every thread's partials are out before the release below
+        arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
             total = tl.zeros_like(acc)
-            for split in tl.static_range(SPLIT_K):  # unrolled: the loads go out together, not one L2 trip each
+            for split in range(SPLIT_K):
                 total += tl.load(ws_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
             tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(lock_ptr + tile, 0)
