@@ -1,6 +1,8 @@
 """All-reduce latency by message size on this host's GPUs: NCCL against symmetric memory's
-one-shot and two-shot kernels, each as a CUDA graph of back-to-back calls (a decode step's
-situation) and eagerly. The data behind ``fastllm.platforms.symmetric_all_reduce``'s limits.
+one-shot and two-shot kernels and the barrier-free (Lamport) kernel, each as a CUDA graph of
+back-to-back calls (a decode step's situation) and eagerly; and, for rows of 4096, the
+all-reduce + residual add + RMSNorm as the one-shot then the fused norm against the Lamport
+kernel with the norm folded in. The data behind ``fastllm.platforms.symmetric_all_reduce``'s limits.
 
     python benchmarks/all_reduce.py --world-size 2 --output-json all_reduce.json
 """
@@ -16,9 +18,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fastllm.distributed.process_group import NCCL_ENV, free_tcp_port
-from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
+from fastllm.platforms.symmetric_all_reduce import LAMPORT_MAX_BYTES, SymmetricAllReduce
+from fastllm_kernels.rms_norm import fused_add_rms_norm
 
 SIZES_KIB = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+HIDDEN = 4096
 CALLS = 32
 
 
@@ -57,20 +61,33 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             device_id=device)
     biggest = max(SIZES_KIB) * 1024
-    one_shot = SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=biggest, max_bytes=biggest)
-    two_shot = SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=0, max_bytes=biggest)
+    reducers = {
+        "one_shot": SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=biggest, max_bytes=biggest,
+                                       lamport_max_bytes=0),
+        "two_shot": SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=0, max_bytes=biggest,
+                                       lamport_max_bytes=0),
+        "lamport": SymmetricAllReduce(dist.group.WORLD, device),
+    }
+    weight = torch.randn(HIDDEN, dtype=torch.bfloat16, device=device)
     rows = []
     for kib in SIZES_KIB:
-        x = torch.randn(kib * 512, dtype=torch.bfloat16, device=device)  # kib KiB of bf16
+        x = torch.randn(kib * 512 // HIDDEN, HIDDEN, dtype=torch.bfloat16, device=device)  # kib KiB of bf16
+        residual = torch.randn_like(x)
         want = x.float() * world
-        got = {"one_shot": one_shot(x.clone()), "two_shot": two_shot(x.clone())}
-        errors = {name: (value.float() - want).abs().max().item() for name, value in got.items()}
+        kinds = {name: reduce for name, reduce in reducers.items()
+                 if name != "lamport" or kib * 1024 <= LAMPORT_MAX_BYTES}
+        errors = {name: (reduce(x.clone()).float() - want).abs().max().item() for name, reduce in kinds.items()}
         row = {"kib": kib, "max_abs_error": errors}
         for graph in (True, False):
             mode = "graph" if graph else "eager"
             row[f"nccl_{mode}_us"] = _timed(lambda: dist.all_reduce(x), graph)
-            row[f"one_shot_{mode}_us"] = _timed(lambda: one_shot(x), graph)
-            row[f"two_shot_{mode}_us"] = _timed(lambda: two_shot(x), graph)
+            for name, reduce in kinds.items():
+                row[f"{name}_{mode}_us"] = _timed(lambda: reduce(x), graph)
+            if "lamport" in kinds:
+                row[f"one_shot_then_norm_{mode}_us"] = _timed(
+                    lambda: fused_add_rms_norm(reducers["one_shot"](x), residual, weight, 1e-5), graph)
+                row[f"lamport_norm_{mode}_us"] = _timed(
+                    lambda: reducers["lamport"].add_rms_norm(x, residual, weight, 1e-5), graph)
         rows.append(row)
         if rank == 0:
             print(json.dumps(row), flush=True)
@@ -78,7 +95,7 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
         with open(out, "w") as f:
             json.dump({"world_size": world, "device": torch.cuda.get_device_name(), "calls": CALLS, "rows": rows}, f,
                       indent=1)
-    del one_shot, two_shot
+    reducers.clear()  # the symmetric buffers go before the group
     dist.destroy_process_group()
 
 

@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, b1, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, ep2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moecheck, b1, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, lamport2, dpep2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -260,6 +260,28 @@ pair2)  # two GPUs, one short call: all-reduce by size, TP=1 and TP=2 batch-1 de
   done
   lane moe_ep2 130 $FASTLLM $MOE --enable-expert-parallel ${MOE_EP_ARGS:-} --output-json "$OUT/moe_ep2.json"
   lane moe_tp2 130 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
+  ;;
+lamport2)  # two GPUs: the barrier-free all-reduce's GPU tests and latency by size, then Llama-3-8B batch 1
+  # at TP=1, at TP=2 with it and at TP=2 without it (FASTLLM_LAMPORT_ALL_REDUCE=0), rank 0's profile each
+  OUT=$GATHERED
+  TAIL=12 lane lamport_tests 150 env PYTHONPATH=$PYTHONPATH:.:kernels/tests $PY -m pytest -q -x -p no:cacheprovider \
+    kernels/tests/test_lamport_all_reduce.py tests/distributed/test_lamport_all_reduce_gpus.py
+  lane all_reduce 80 $PY benchmarks/all_reduce.py --world-size 2 --output-json "$OUT/all_reduce.json"
+  DECODE="benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 14"
+  TAIL=40 lane decode_tp2 100 $PY $DECODE -tp 2 --out "$OUT/decode_tp2.json"
+  TAIL=40 lane decode_tp1 90 $PY $DECODE --out "$OUT/decode_tp1.json"
+  TAIL=40 lane decode_tp2_barrier 100 env FASTLLM_LAMPORT_ALL_REDUCE=0 $PY $DECODE -tp 2 --out "$OUT/decode_tp2_barrier.json"
+  ;;
+dpep2)  # two GPUs: Qwen3-30B-A3B offline with data-parallel attention over expert-parallel MoE (-dp 2) against
+  # EP=2 and TP=2 (the all-reduce at every size), then batch 1 at -dp 2
+  OUT=$GATHERED
+  Q3="--model qwen3-30b-a3b --load-format dummy --dtype bfloat16"
+  TPUT="bench throughput $Q3 --num-prompts 200 --input-len 1024 --output-len 128 --range-ratio 0 --quiet"
+  TAIL=30 lane dpep_throughput 150 $FASTLLM $TPUT -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_throughput.json"
+  TAIL=30 lane ep_throughput 120 $FASTLLM $TPUT -tp 2 --enable-expert-parallel --output-json "$OUT/ep_throughput.json"
+  TAIL=30 lane tp_throughput 120 $FASTLLM $TPUT -tp 2 --output-json "$OUT/tp_throughput.json"
+  TAIL=30 lane dpep_latency 110 $FASTLLM bench latency $Q3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
+    --max-num-seqs 16 -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_latency.json"
   ;;
 ep2)  # two GPUs: expert parallelism's GPU tests, then Qwen3-30B-A3B offline at EP=2 with the all-to-all
   # dispatch for prefill-sized steps against the all-reduce at every size (whole logs kept)

@@ -151,6 +151,16 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def all_reduce_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                            eps: float) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """``(rms_norm(s + residual), s + residual)`` for ``s`` the sum of ``x`` over the tensor-parallel
+    ranks, in one kernel where the fast all-reduce has one for ``x``; None: sum, then norm."""
+    fast = _layout.fast_all_reduce
+    if tp_size() > 1 and fast is not None and fast.fuses_norm(x):
+        return fast.add_rms_norm(x, residual, weight, eps)
+    return None
+
+
 def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     """Concatenate every rank's shard of the last dimension (vocab-parallel logits)."""
     if tp_size() == 1:

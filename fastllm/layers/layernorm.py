@@ -1,4 +1,5 @@
-"""RMSNorm with the residual add fused in, as every Llama-family block uses it."""
+"""RMSNorm with the residual add fused in, as every Llama-family block uses it, and, after a
+row-parallel layer that left its sum to it, the sum over the tensor-parallel ranks too."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from fastllm.distributed.parallel_state import all_reduce, all_reduce_add_rms_norm, tp_size
 from fastllm.layers.fused import current_kernels
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float = 1e-6):
+    def __init__(self, hidden_size: int, eps: float = 1e-6, sums_partials: bool = False):
         super().__init__()
         self.eps = eps
+        self.sums_partials = sums_partials  # x is this rank's partial sum (``reduce_results=False``)
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
         self.kernels = current_kernels()
 
@@ -25,6 +28,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
         """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual)."""
+        if self.sums_partials and tp_size() > 1:
+            fused = None if residual is None else all_reduce_add_rms_norm(x, residual, self.weight, self.eps)
+            if fused is not None:
+                return fused
+            x = all_reduce(x)
         kernels = self.kernels
         if kernels is not None:
             if residual is None:

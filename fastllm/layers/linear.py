@@ -19,6 +19,7 @@ class LinearBase(nn.Module):
     """``y = x W^T + b`` over this rank's shard; ``tp_dim`` is the sharded weight dimension."""
 
     tp_dim: Optional[int] = None
+    reduce_results = True  # row-parallel only; False: return this rank's partial sum, a later layer sums it
 
     def __init__(self, input_size: int, output_size: int, bias: bool = False):
         super().__init__()
@@ -109,13 +110,15 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 
 class RowParallelLinear(LinearBase):
-    """Splits input features across ranks and sums the partial products."""
+    """Splits input features across ranks and sums the partial products, or, with
+    ``reduce_results=False``, leaves the sum to the norm after it (one kernel for both)."""
 
     tp_dim = 1
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, reduce_results: bool = True):
         _check_divisible(input_size, "input features")
         super().__init__(input_size // tp_size(), output_size, bias)
+        self.reduce_results = reduce_results
         if bias:
             self.bias.weight_loader = LinearBase.weight_loader.__get__(self)
 
@@ -126,7 +129,8 @@ class RowParallelLinear(LinearBase):
             super().weight_loader(param, loaded, shard_id)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduce(self.product(x, self.bias if tp_rank() == 0 else None))
+        out = self.product(x, self.bias if tp_rank() == 0 else None)
+        return all_reduce(out) if self.reduce_results else out
 
 
 def _check_divisible(size: int, what: str) -> None:

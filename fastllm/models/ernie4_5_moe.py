@@ -25,7 +25,7 @@ def is_sparse_layer(config: Any, layer_idx: int) -> bool:
 class Ernie4_5_MoeDecoderLayer(LlamaDecoderLayer):
     def build_mlp(self, config: Any, layer_idx: int) -> nn.Module:
         if not is_sparse_layer(config, layer_idx):
-            return LlamaMLP(config)
+            return super().build_mlp(config, layer_idx)
         router = TopKRouter(config.hidden_size, config.moe_num_experts, config.moe_k,
                             score_correction_bias=True, norm_min=config.moe_norm_min, float32_logits=True)
         shared = config.moe_num_shared_experts

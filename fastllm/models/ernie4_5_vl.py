@@ -82,7 +82,9 @@ class Ernie4_5_VLDecoderLayer(LlamaDecoderLayer):
     attention_cls = Ernie4_5_VLAttention
 
     def build_mlp(self, config: Any, layer_idx: int) -> nn.Module:
-        return ModalityMoE(config) if config.mlp_layer_types[layer_idx] == "sparse" else LlamaMLP(config)
+        if config.mlp_layer_types[layer_idx] == "sparse":
+            return ModalityMoE(config)
+        return super().build_mlp(config, layer_idx)
 
 
 class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):

@@ -7,8 +7,9 @@ from typing import Any, Iterable
 import torch
 import torch.nn as nn
 
-from fastllm.distributed.parallel_state import (is_first_stage, is_last_stage, receive_from_previous_stage,
-                                                send_to_next_stage, stage_layers, tp_size)
+from fastllm.distributed.parallel_state import (all_reduce, is_first_stage, is_last_stage,
+                                                receive_from_previous_stage, send_to_next_stage, stage_layers,
+                                                tp_size)
 from fastllm.layers.activation import SiluAndMul
 from fastllm.layers.attention import Attention
 from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
@@ -20,6 +21,8 @@ from fastllm.models.interface import rope_settings
 
 
 class LlamaAttention(nn.Module):
+    """Returns this rank's partial sum of ``o_proj``: the post-attention norm sums it over the ranks."""
+
     qkv_bias = False
     qk_norm = False
 
@@ -31,7 +34,7 @@ class LlamaAttention(nn.Module):
         bias = getattr(config, "attention_bias", False) or self.qkv_bias
         self.qkv_proj = QKVParallelLinear(hidden, self.head_dim, heads, kv_heads, bias=bias)
         self.o_proj = RowParallelLinear(heads * self.head_dim, hidden,
-                                        bias=getattr(config, "attention_bias", False))
+                                        bias=getattr(config, "attention_bias", False), reduce_results=False)
         self.num_heads, self.num_kv_heads = heads // tp_size(), kv_heads // tp_size()
         base, scaling = rope_settings(config)
         self.rotary_emb = RotaryEmbedding(self.head_dim, config.max_position_embeddings, base, scaling)
@@ -53,11 +56,14 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: Any, intermediate_size: int | None = None):
+    """``reduce_results=False``: returns this rank's partial sum, for the next norm to sum."""
+
+    def __init__(self, config: Any, intermediate_size: int | None = None, reduce_results: bool = True):
         super().__init__()
         intermediate_size = intermediate_size or config.intermediate_size
+        self.reduce_results = reduce_results
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [intermediate_size] * 2)
-        self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size)
+        self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size, reduce_results=reduce_results)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -71,12 +77,14 @@ class LlamaDecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = self.attention_cls(config, layer_idx)
         self.mlp = self.build_mlp(config, layer_idx)
+        # a dense MLP leaves its sum over the tensor-parallel ranks to the next norm (LlamaModel marks it)
+        self.leaves_sum = not getattr(self.mlp, "reduce_results", True)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, sums_partials=True)
 
     def build_mlp(self, config: Any, layer_idx: int) -> nn.Module:
         """The feed-forward block of layer ``layer_idx``: dense here, MoE in sparse models."""
-        return LlamaMLP(config)
+        return LlamaMLP(config, reduce_results=False)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None):
         if residual is None:
@@ -102,6 +110,11 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(layer_cls(config, i) if i in self.stage else OtherStage()
                                     for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if is_last_stage() else OtherStage()
+        for before, after in zip(self.stage, self.stage[1:]):
+            self.layers[after].input_layernorm.sums_partials = self.layers[before].leaves_sum
+        self.last_leaves_sum = self.layers[self.stage[-1]].leaves_sum
+        if is_last_stage():
+            self.norm.sums_partials = self.last_leaves_sum
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -116,7 +129,7 @@ class LlamaModel(nn.Module):
         for index in self.stage:
             hidden, residual = self.layers[index](positions, hidden, residual)
         if not is_last_stage():
-            send_to_next_stage(hidden, residual)
+            send_to_next_stage(all_reduce(hidden) if self.last_leaves_sum else hidden, residual)
             return hidden
         hidden, _ = self.norm(hidden, residual)
         return hidden

@@ -8,7 +8,6 @@ from typing import Any
 import torch.nn as nn
 
 from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target
-from fastllm.models.llama import LlamaMLP
 from fastllm.models.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM
 
 
@@ -17,7 +16,7 @@ class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
         sparse = (layer_idx not in (config.mlp_only_layers or []) and config.num_experts > 0
                   and (layer_idx + 1) % config.decoder_sparse_step == 0)
         if not sparse:
-            return LlamaMLP(config)
+            return super().build_mlp(config, layer_idx)
         router = TopKRouter(config.hidden_size, config.num_experts, config.num_experts_per_tok,
                             renormalize=config.norm_topk_prob)
         return FusedMoE(router, config.moe_intermediate_size)

@@ -5,8 +5,11 @@ NCCL's all-reduce pays a fixed latency that dominates the small messages of a de
 (NVLink), a reduction is one kernel: ``one_shot`` reads all peers' copies and sums them (least
 latency, for the smallest messages), ``two_shot`` reduce-scatters then all-gathers through the
 buffer (less traffic per rank, for larger ones). Above ``max_bytes`` NCCL's ring wins and is
-used. The limits come from ``benchmarks/all_reduce.py`` on two NVLink H100s (see
-benchmarks/RESULTS.md); ``FASTLLM_SYMM_MEM_ALL_REDUCE=0`` turns this path off.
+used. 16-bit rows up to ``lamport_max_bytes`` skip torch's kernels for one that needs no
+barrier and can fold in the residual add and RMSNorm that follow a row-parallel layer
+(``fastllm_kernels.lamport_all_reduce``). The limits come from ``benchmarks/all_reduce.py`` on
+two NVLink H100s (see benchmarks/RESULTS.md); ``FASTLLM_SYMM_MEM_ALL_REDUCE=0`` turns this path
+off, ``FASTLLM_LAMPORT_ALL_REDUCE=0`` the barrier-free kernel alone.
 """
 
 from __future__ import annotations
@@ -14,15 +17,19 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from fastllm_kernels.lamport_all_reduce import PeerBuffers
 
 logger = logging.getLogger("fastllm")
 
 ONE_SHOT_MAX_BYTES = 256 * 1024
 TWO_SHOT_MAX_BYTES = 4 * 1024 * 1024
+LAMPORT_MAX_BYTES = 256 * 1024
 _ONE_SHOT_COPY = getattr(torch.ops.symm_mem, "one_shot_all_reduce_copy", None)  # torch >= 2.8
 
 
@@ -30,7 +37,8 @@ class SymmetricAllReduce:
     """One symmetric buffer per rank of ``group``; ``__call__`` sums a tensor over the group."""
 
     def __init__(self, group: dist.ProcessGroup, device: torch.device,
-                 one_shot_max_bytes: int = ONE_SHOT_MAX_BYTES, max_bytes: int = TWO_SHOT_MAX_BYTES):
+                 one_shot_max_bytes: int = ONE_SHOT_MAX_BYTES, max_bytes: int = TWO_SHOT_MAX_BYTES,
+                 lamport_max_bytes: int = LAMPORT_MAX_BYTES):
         from torch.distributed import _symmetric_memory as symm_mem
 
         self.one_shot_max_bytes, self.max_bytes = one_shot_max_bytes, max_bytes
@@ -40,13 +48,45 @@ class SymmetricAllReduce:
             symm_mem.enable_symm_mem_for_group(self.group_name)
         self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
         symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank of the group allocates alike
+        self.peers = self._peer_buffers(group, device, lamport_max_bytes) if lamport_max_bytes else None
+
+    def _peer_buffers(self, group: dist.ProcessGroup, device: torch.device, slot_bytes: int) -> "PeerBuffers":
+        """The barrier-free kernel's buffers, every element empty on every rank before any rank's first call."""
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        from fastllm_kernels import lamport_all_reduce
+
+        self.lamport = lamport_all_reduce
+        world, slot = group.size(), slot_bytes // 2
+        size = lamport_all_reduce.PHASES * world * slot
+        self.lamport_buffer = symm_mem.empty(size, dtype=torch.int16, device=device)
+        handle = symm_mem.rendezvous(self.lamport_buffer, self.group_name)
+        self.lamport_buffer.fill_(lamport_all_reduce.EMPTY_BITS)
+        torch.cuda.synchronize(device)
+        dist.barrier(group)
+        bases = [handle.get_buffer(peer, (size,), torch.int16).data_ptr() for peer in range(world)]
+        shift = self.lamport_buffer.data_ptr() - bases[handle.rank]  # where the pool placed it in its allocation
+        pointers = torch.tensor([base + shift for base in bases], dtype=torch.int64, device=device)
+        return lamport_all_reduce.PeerBuffers(pointers, torch.zeros(2, dtype=torch.int32, device=device),
+                                              handle.rank, world, slot)
 
     def fits(self, x: torch.Tensor) -> bool:
         nbytes = x.numel() * x.element_size()
         return (nbytes <= self.max_bytes and nbytes % self.alignment == 0
                 and x.dtype in (torch.bfloat16, torch.float16, torch.float32))
 
+    def fuses_norm(self, x: torch.Tensor) -> bool:
+        """Whether ``add_rms_norm`` takes ``x``."""
+        return self.peers is not None and self.lamport.fits(x, self.peers)
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rms_norm(s + residual), s + residual)`` for ``s`` the sum of ``x`` over the group."""
+        return self.lamport.lamport_all_reduce_add_rms_norm(x, residual, weight, eps, self.peers)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fuses_norm(x):
+            return self.lamport.lamport_all_reduce(x, self.peers)
         nbytes = x.numel() * x.element_size()
         staged = self.buffer[:nbytes].view(x.dtype)
         one_shot = nbytes <= self.one_shot_max_bytes
@@ -66,8 +106,9 @@ def symmetric_all_reduce(group: Optional[dist.ProcessGroup], device: torch.devic
         return None
     if os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0":
         return None
+    lamport = LAMPORT_MAX_BYTES if os.environ.get("FASTLLM_LAMPORT_ALL_REDUCE", "1") != "0" else 0
     try:
-        return SymmetricAllReduce(group or dist.group.WORLD, device)
+        return SymmetricAllReduce(group or dist.group.WORLD, device, lamport_max_bytes=lamport)
     except Exception as exc:  # no peer access, or a torch without the ops: best effort, said once
         logger.warning("symmetric-memory all-reduce unavailable (%s); NCCL does every all-reduce", exc)
         return None

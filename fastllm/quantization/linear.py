@@ -39,11 +39,12 @@ class LinearSpec:
     bias: bool
     dtype: torch.dtype
     device: torch.device
+    reduce_results: bool = True
 
     @classmethod
     def of(cls, layer: LinearBase) -> "LinearSpec":
         return cls(layer.input_size, layer.output_size, layer.tp_dim, layer.shard_slices(),
-                   layer.bias is not None, layer.weight.dtype, layer.weight.device)
+                   layer.bias is not None, layer.weight.dtype, layer.weight.device, layer.reduce_results)
 
     def empty(self, *trailing: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """An uninitialised ``[output_size, *trailing]`` tensor (model dtype unless given)."""
@@ -57,6 +58,7 @@ class QuantizedLinear(nn.Module, ABC):
         super().__init__()
         self.spec = spec
         self.input_size, self.output_size, self.tp_dim = spec.input_size, spec.output_size, spec.tp_dim
+        self.reduce_results = spec.reduce_results
         self.shard_slices = spec.shard_slices
         self.layouts: dict[str, Layout] = {}
         self.required: set[str] = set()
@@ -146,7 +148,7 @@ class QuantizedLinear(nn.Module, ABC):
         row_parallel = self.tp_dim == 1
         if self.bias is not None and (not row_parallel or tp_rank() == 0):
             y = y + self.bias
-        return all_reduce(y) if row_parallel else y
+        return all_reduce(y) if row_parallel and self.reduce_results else y
 
     def extra_repr(self) -> str:
         return f"in={self.input_size}, out={self.output_size}, bias={self.bias is not None}"

@@ -64,6 +64,7 @@ class LoRALinear(nn.Module):
         self.register_buffer("scale", torch.zeros(num_slots, dtype=torch.float32, device=device))
         self.kernels = current_kernels()
         self.tp_dim = base.tp_dim
+        self.reduce_results = base.reduce_results
 
     def set_slot(self, slot: int, deltas: dict[object, ModuleDelta]) -> None:
         """Write one adapter's deltas (by shard id, whole projections) into ``slot``, this rank's
@@ -105,8 +106,9 @@ class LoRALinear(nn.Module):
         return y
 
     def _reduce(self, xa: torch.Tensor) -> torch.Tensor:
-        """A row-parallel rank's ``x A^T`` covers its inputs only: the sum over ranks is the whole."""
-        return all_reduce(xa) if self.tp_dim == 1 else xa
+        """A row-parallel rank's ``x A^T`` covers its inputs only: the sum over ranks is the whole.
+        Where the base layer leaves its sum to a later layer, that sum covers ``(x A^T) B^T`` too."""
+        return all_reduce(xa) if self.tp_dim == 1 and self.reduce_results else xa
 
     def _shrink_torch(self, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """The per-adapter reference: each adapter's tokens through its own A (zero for the base model's)."""

@@ -1,0 +1,147 @@
+"""All-reduce of decode-sized rows over GPUs that map each other's memory, with no barrier, and
+optionally the residual add and RMSNorm that follow it in the same kernel.
+
+A barrier-based one-shot all-reduce pays two cross-GPU round trips a call (ranks signal that the
+inputs are staged, then that they are read) before and after the sum, and the norm after it is
+one more launch that cannot start early. Here every rank pushes its partial rows straight into a
+slot of each peer's buffer and polls its own buffer until every peer's slot holds data: an
+element reads as ``-0.0`` until its writer's store lands (writers turn ``-0.0`` into ``+0.0``),
+so the data is its own flag (Lamport's scheme, as in TensorRT-LLM's and FlashInfer's fused
+all-reduce). Three buffer phases rotate, one a call: a rank empties the slots of the call
+before while it reads this one, and no peer can write them again before it has read this
+call's data, two calls on. A device counter holds the phase, so the kernel replays in CUDA
+graphs; every rank must make the same sequence of calls.
+
+Every rank sums the parts in rank order, so all ranks get the same bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+
+PHASES = 3
+EMPTY_BITS = -32768  # -0.0 as a 16-bit float
+MAX_HIDDEN = 16384  # a row lives in one program's registers
+
+
+@dataclass
+class PeerBuffers:
+    """One rank's view of the group's buffers: ``pointers[r]`` is rank ``r``'s buffer (mapped
+    here), each ``PHASES x world x slot_elements`` 16-bit elements, filled with -0.0 before the
+    first call; ``state`` (int32 [2], zeros at first) holds the next call's phase and the count
+    of this call's programs that have finished."""
+
+    pointers: torch.Tensor
+    state: torch.Tensor
+    rank: int
+    world: int
+    slot_elements: int
+
+
+@triton.jit
+def _lamport_all_reduce_kernel(
+    x_ptr, residual_ptr, weight_ptr, out_ptr, new_residual_ptr, pointers_ptr, state_ptr,
+    eps, hidden, num_rows, rank, slot_elements,
+    stride_x, stride_residual, stride_out, stride_new_residual,
+    WORLD: tl.constexpr, BLOCK: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_inputs(PDL, RELEASE_FIRST=True)
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < hidden
+    dtype = out_ptr.dtype.element_ty
+    phase = tl.load(state_ptr)
+    phase_elements = WORLD * slot_elements
+    mine = tl.load(x_ptr + row.to(tl.int64) * stride_x + cols, mask=mask, other=0.0)
+    mine = tl.where(mine == 0.0, 0.0, mine)  # -0.0 would read as "not written"
+    into_slot = phase * phase_elements + rank * slot_elements + row * hidden + cols
+    for peer in tl.static_range(WORLD):
+        if peer != rank:
+            peer_buffer = tl.load(pointers_ptr + peer).to(tl.pointer_type(dtype))
+            tl.store(peer_buffer + into_slot, mine, mask=mask)
+
+    own = tl.load(pointers_ptr + rank).to(tl.pointer_type(dtype))
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    for source in tl.static_range(WORLD):
+        if source == rank:
+            total += mine.to(tl.float32)
+        else:
+            part_at = own + phase * phase_elements + source * slot_elements + row * hidden + cols
+            part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
+            waiting = tl.sum((part.to(tl.int16, bitcast=True) == EMPTY_BITS).to(tl.int32), 0)
+            while waiting > 0:
+                part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
+                waiting = tl.sum((part.to(tl.int16, bitcast=True) == EMPTY_BITS).to(tl.int32), 0)
+            total += part.to(tl.float32)
+    # the call before's slots, read by this rank then, written again only two calls on
+    previous = (phase + PHASES - 1) % PHASES
+    empty = tl.full([BLOCK], EMPTY_BITS, tl.int16).to(dtype, bitcast=True)
+    for source in tl.static_range(WORLD):
+        if source != rank:
+            tl.store(own + previous * phase_elements + source * slot_elements + row * hidden + cols, empty,
+                     mask=mask)
+
+    summed = total.to(dtype)
+    if NORM:
+        x = summed.to(tl.float32) + tl.load(residual_ptr + row.to(tl.int64) * stride_residual + cols,
+                                           mask=mask, other=0.0).to(tl.float32)
+        new_residual = x.to(dtype)
+        tl.store(new_residual_ptr + row.to(tl.int64) * stride_new_residual + cols, new_residual, mask=mask)
+        x = new_residual.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, 0) / hidden + eps)
+        weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        summed = (x * rstd * weight).to(dtype)
+    tl.store(out_ptr + row.to(tl.int64) * stride_out + cols, summed, mask=mask)
+
+    finished = tl.atomic_add(state_ptr + 1, 1)  # the last program moves the phase on
+    if finished == num_rows - 1:
+        tl.store(state_ptr + 1, 0)
+        tl.store(state_ptr, (phase + 1) % PHASES)
+
+
+def fits(x: torch.Tensor, peers: PeerBuffers) -> bool:
+    """Whether ``x`` (rows of its last dimension) goes through ``peers``' slots."""
+    return (x.dtype in (torch.bfloat16, torch.float16) and x.dim() >= 1 and 0 < x.shape[-1] <= MAX_HIDDEN
+            and 0 < x.numel() <= peers.slot_elements)
+
+
+def _launch(x: torch.Tensor, peers: PeerBuffers, out: torch.Tensor, residual: torch.Tensor | None = None,
+            weight: torch.Tensor | None = None, new_residual: torch.Tensor | None = None, eps: float = 0.0) -> None:
+    rows, hidden = x.shape
+    block = triton.next_power_of_2(hidden)
+    norm = residual is not None
+    _lamport_all_reduce_kernel[(rows,)](
+        x, residual if norm else x, weight if norm else x, out, new_residual if norm else out,
+        peers.pointers, peers.state, eps, hidden, rows, peers.rank, peers.slot_elements,
+        x.stride(0), residual.stride(0) if norm else 0, out.stride(0), new_residual.stride(0) if norm else 0,
+        WORLD=peers.world, BLOCK=block, NORM=norm, num_warps=min(16, max(4, block // 512)),
+        **pdl_launch(x.device),
+    )
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1]).contiguous()
+
+
+def lamport_all_reduce(x: torch.Tensor, peers: PeerBuffers) -> torch.Tensor:
+    """The sum of ``x`` over the group, in a new tensor."""
+    rows = _rows(x)
+    out = torch.empty_like(rows)
+    _launch(rows, peers, out)
+    return out.view(x.shape)
+
+
+def lamport_all_reduce_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                    peers: PeerBuffers) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(s + residual), s + residual)`` for ``s`` the sum of ``x`` over the group, the
+    sum rounded to ``x.dtype`` first (as an all-reduce followed by the fused norm would)."""
+    rows, residual_rows = _rows(x), _rows(residual)
+    out, new_residual = torch.empty_like(rows), torch.empty_like(residual_rows)
+    _launch(rows, peers, out, residual_rows, weight, new_residual, eps)
+    return out.view(x.shape), new_residual.view(residual.shape)
