@@ -262,7 +262,8 @@ pair2)  # two GPUs, one short call: all-reduce by size, TP=1 and TP=2 batch-1 de
   lane moe_tp2 130 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json"
   ;;
 lamport2)  # two GPUs: the barrier-free all-reduce's GPU tests and latency by size, then Llama-3-8B batch 1
-  # at TP=1, at TP=2 with it and at TP=2 without it (FASTLLM_LAMPORT_ALL_REDUCE=0), rank 0's profile each
+  # at TP=1, at TP=2 with it and (AB=1, the default) at TP=2 without it (FASTLLM_LAMPORT_ALL_REDUCE=0), rank 0's
+  # profile each
   OUT=$GATHERED
   TAIL=12 lane lamport_tests 150 env PYTHONPATH=$PYTHONPATH:.:kernels/tests $PY -m pytest -q -x -p no:cacheprovider \
     kernels/tests/test_lamport_all_reduce.py tests/distributed/test_lamport_all_reduce_gpus.py
@@ -270,7 +271,8 @@ lamport2)  # two GPUs: the barrier-free all-reduce's GPU tests and latency by si
   DECODE="benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 14"
   TAIL=40 lane decode_tp2 100 $PY $DECODE -tp 2 --out "$OUT/decode_tp2.json"
   TAIL=40 lane decode_tp1 90 $PY $DECODE --out "$OUT/decode_tp1.json"
-  TAIL=40 lane decode_tp2_barrier 100 env FASTLLM_LAMPORT_ALL_REDUCE=0 $PY $DECODE -tp 2 --out "$OUT/decode_tp2_barrier.json"
+  [ "${AB:-1}" = 1 ] && TAIL=40 lane decode_tp2_barrier 100 env FASTLLM_LAMPORT_ALL_REDUCE=0 $PY $DECODE -tp 2 \
+    --out "$OUT/decode_tp2_barrier.json"
   ;;
 dpep2)  # two GPUs: Qwen3-30B-A3B offline with data-parallel attention over expert-parallel MoE (-dp 2) against
   # EP=2 and TP=2 (the all-reduce at every size), then batch 1 at -dp 2

@@ -28,6 +28,7 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 PHASES = 3
 EMPTY_BITS = -32768  # -0.0 as a 16-bit float
 MAX_HIDDEN = 16384  # a row lives in one program's registers
+_PHASES, _EMPTY_BITS = tl.constexpr(PHASES), tl.constexpr(EMPTY_BITS)  # as the kernel reads them
 
 
 @dataclass
@@ -51,11 +52,14 @@ def _lamport_all_reduce_kernel(
     stride_x, stride_residual, stride_out, stride_new_residual,
     WORLD: tl.constexpr, BLOCK: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):
-    wait_for_inputs(PDL, RELEASE_FIRST=True)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     dtype = out_ptr.dtype.element_ty
+    own = tl.load(pointers_ptr + rank).to(tl.pointer_type(dtype))  # no kernel writes these two:
+    if NORM:  # loaded while the kernel before finishes
+        weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    wait_for_inputs(PDL, RELEASE_FIRST=True)
     phase = tl.load(state_ptr)
     phase_elements = WORLD * slot_elements
     mine = tl.load(x_ptr + row.to(tl.int64) * stride_x + cols, mask=mask, other=0.0)
@@ -65,8 +69,16 @@ def _lamport_all_reduce_kernel(
         if peer != rank:
             peer_buffer = tl.load(pointers_ptr + peer).to(tl.pointer_type(dtype))
             tl.store(peer_buffer + into_slot, mine, mask=mask)
+    if NORM:  # under the peers' latency
+        residual = tl.load(residual_ptr + row.to(tl.int64) * stride_residual + cols, mask=mask, other=0.0)
+    # the call before's slots, read by this rank then, written again only two calls on
+    previous = (phase + _PHASES - 1) % _PHASES
+    empty = tl.full([BLOCK], _EMPTY_BITS, tl.int16).to(dtype, bitcast=True)
+    for source in tl.static_range(WORLD):
+        if source != rank:
+            tl.store(own + previous * phase_elements + source * slot_elements + row * hidden + cols, empty,
+                     mask=mask)
 
-    own = tl.load(pointers_ptr + rank).to(tl.pointer_type(dtype))
     total = tl.zeros([BLOCK], dtype=tl.float32)
     for source in tl.static_range(WORLD):
         if source == rank:
@@ -74,35 +86,28 @@ def _lamport_all_reduce_kernel(
         else:
             part_at = own + phase * phase_elements + source * slot_elements + row * hidden + cols
             part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
-            waiting = tl.sum((part.to(tl.int16, bitcast=True) == EMPTY_BITS).to(tl.int32), 0)
+            waiting = tl.sum((part.to(tl.int16, bitcast=True) == _EMPTY_BITS).to(tl.int32), 0)
             while waiting > 0:
                 part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
-                waiting = tl.sum((part.to(tl.int16, bitcast=True) == EMPTY_BITS).to(tl.int32), 0)
+                waiting = tl.sum((part.to(tl.int16, bitcast=True) == _EMPTY_BITS).to(tl.int32), 0)
             total += part.to(tl.float32)
-    # the call before's slots, read by this rank then, written again only two calls on
-    previous = (phase + PHASES - 1) % PHASES
-    empty = tl.full([BLOCK], EMPTY_BITS, tl.int16).to(dtype, bitcast=True)
-    for source in tl.static_range(WORLD):
-        if source != rank:
-            tl.store(own + previous * phase_elements + source * slot_elements + row * hidden + cols, empty,
-                     mask=mask)
 
     summed = total.to(dtype)
     if NORM:
-        x = summed.to(tl.float32) + tl.load(residual_ptr + row.to(tl.int64) * stride_residual + cols,
-                                           mask=mask, other=0.0).to(tl.float32)
-        new_residual = x.to(dtype)
+        new_residual = (summed.to(tl.float32) + residual.to(tl.float32)).to(dtype)
         tl.store(new_residual_ptr + row.to(tl.int64) * stride_new_residual + cols, new_residual, mask=mask)
         x = new_residual.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(x * x, 0) / hidden + eps)
-        weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         summed = (x * rstd * weight).to(dtype)
     tl.store(out_ptr + row.to(tl.int64) * stride_out + cols, summed, mask=mask)
 
-    finished = tl.atomic_add(state_ptr + 1, 1)  # the last program moves the phase on
-    if finished == num_rows - 1:
-        tl.store(state_ptr + 1, 0)
-        tl.store(state_ptr, (phase + 1) % PHASES)
+    if num_rows == 1:  # the phase moves on once every program has read it
+        tl.store(state_ptr, (phase + 1) % _PHASES)
+    else:
+        finished = tl.atomic_add(state_ptr + 1, 1, sem="relaxed")
+        if finished == num_rows - 1:
+            tl.store(state_ptr + 1, 0)
+            tl.store(state_ptr, (phase + 1) % _PHASES)
 
 
 def fits(x: torch.Tensor, peers: PeerBuffers) -> bool:
