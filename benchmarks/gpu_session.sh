@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, b1, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, lamport2, dpep2, ep2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moecheck, b1, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, lamport2, tpoffline2, dpep2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -273,6 +273,12 @@ lamport2)  # two GPUs: the barrier-free all-reduce's GPU tests and latency by si
   TAIL=40 lane decode_tp1 90 $PY $DECODE --out "$OUT/decode_tp1.json"
   [ "${AB:-1}" = 1 ] && TAIL=40 lane decode_tp2_barrier 100 env FASTLLM_LAMPORT_ALL_REDUCE=0 $PY $DECODE -tp 2 \
     --out "$OUT/decode_tp2_barrier.json"
+  ;;
+tpoffline2)  # two GPUs: Llama-3-8B offline, the 1000 x (1024 in / 256 out), TP=2 against TP=1
+  OUT=$GATHERED
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  TAIL=12 lane offline_tp2 150 $FASTLLM $TPUT -tp 2 --output-json "$OUT/offline_tp2.json"
+  TAIL=12 lane offline_tp1 150 $FASTLLM $TPUT --output-json "$OUT/offline_tp1.json"
   ;;
 dpep2)  # two GPUs: Qwen3-30B-A3B offline with data-parallel attention over expert-parallel MoE (-dp 2) against
   # EP=2 and TP=2 (the all-reduce at every size), then batch 1 at -dp 2
