@@ -14,16 +14,23 @@ so no reduction launch follows.
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
 group scales) are widened a tile at a time in registers, so decode reads their packed bytes alone.
+At decode, e4m3 experts on fp8 tensor cores take the other way (``fp8_activations``): widening
+the weights cost more than streaming them, so each K step's activation rows are quantized to
+e4m3 instead (a scale a row a step, no extra pass or launch) and the tensor cores multiply the
+two fp8 tiles as they are, the rows' scales applied to each step's product.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
 from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
@@ -33,6 +40,11 @@ MAX_ALIGN_PAIRS = 4096
 the dozen torch launches of the general path would cost more than the GEMMs)."""
 ONE_PAIR_BLOCKS_SHARE = 8
 """Pairs go one a block, ungrouped, while there are at most an eighth as many as experts."""
+DECODE_PAIRS_PER_EXPERT = 32
+"""Up to this many pairs an expert on average, the GEMMs stream weights (decode tiles)."""
+FP8_MAX = 448.0  # e4m3's largest finite value
+FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
+"""Set to 0: fp8 experts widen their weights at every batch size (the W8A16 product)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     per_expert = num_pairs / num_experts
     if per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
-    elif per_expert <= 32:
+    elif per_expert <= DECODE_PAIRS_PER_EXPERT:
         tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
     elif per_expert <= 128:
         tiles = MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
@@ -67,7 +79,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
                  MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
     if element_size > 2:
         tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
-    elif weight_size == 1 and per_expert <= 32:
+    elif weight_size == 1 and per_expert <= DECODE_PAIRS_PER_EXPERT:
         tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
     return tiles
 
@@ -199,13 +211,34 @@ def _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8: tl.constexpr, FOU
 
 
 @triton.jit
+def _e4m3_rows(a):
+    """``a [M, K]`` as e4m3 and a float32 scale a row: the row's absmax maps to the format's top,
+    so each row keeps e4m3's relative precision whatever its size (zero rows stay zero)."""
+    a = a.to(tl.float32)
+    scale = tl.maximum(tl.max(tl.abs(a), 1) / FP8_MAX, 1e-30)
+    q = tl.clamp(a * (1.0 / scale)[:, None], -FP8_MAX, FP8_MAX)
+    return q.to(tl.float8e4nv), scale
+
+
+@triton.jit
+def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, PRECISION: tl.constexpr):
+    """``acc + a @ w^T``: with ``FP8_ACT`` two e4m3 tiles on the tensor cores, the product scaled
+    by ``a``'s row scales (they change every K step); else accumulated in the dot."""
+    if FP8_ACT:
+        acc += tl.dot(a, tl.trans(w)) * a_scale[:, None]
+    else:
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
     ws_ptr, lock_ptr, N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     up_rows, ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
     SUM_PAIRS: tl.constexpr,
     FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8_ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
@@ -215,7 +248,9 @@ def _grouped_gemm_kernel(
     ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding; with ``SUM_PAIRS`` (k) > 1 the
     output row is the pair's token, the sum of its k pairs. Quantized W (``_weight_tile``):
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
-    each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot."""
+    each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot.
+    ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``) and
+    multiplied with the e4m3 weight tile unwidened."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -246,14 +281,17 @@ def _grouped_gemm_kernel(
             a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
         else:
             a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
+        a_scale = 1.0
+        if FP8_ACT:
+            a, a_scale = _e4m3_rows(a)
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
                          BLOCK_K, EVEN_K, a.dtype)
-        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+        acc = _accumulate(acc, a, w, a_scale, FP8_ACT, PRECISION)
         if GATED:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
-            acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
+            acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, PRECISION)
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
         acc *= tl.load(scales)[None, :]
@@ -301,16 +339,21 @@ def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tens
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
                  rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
                  w_scale: torch.Tensor | None = None, w_zero: torch.Tensor | None = None,
-                 book: torch.Tensor | None = None, sum_pairs: int = 1) -> torch.Tensor:
+                 book: torch.Tensor | None = None, sum_pairs: int = 1,
+                 fp8_activations: bool = False) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
     (twice N gated), K]`` (a's dtype, or quantized: ``_weight_format``); rows of ``a`` are tokens
     (``rows_per_a`` = k) or pairs (1). ``sum_pairs`` = k (one pair a block only): ``out [tokens,
-    N]``, each token's k pairs summed."""
+    N]``, each token's k pairs summed. ``fp8_activations`` (e4m3 ``w``): an fp8 x fp8 product, the
+    rows of ``a`` quantized to e4m3 a K step at a time."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
     if sum_pairs > 1 and blocks.block_m is not None:
         raise ValueError("pairs are summed in the GEMM only one pair a block")
+    if fp8_activations and (w.dtype != torch.float8_e4m3fn or tiling.block_k < 32):
+        raise ValueError(f"fp8 activations need e4m3 experts (not {w.dtype}) and K steps of at least 32 (the "
+                         f"fp8 MMA's), not {tiling.block_k}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
     w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
@@ -324,16 +367,25 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
         stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
         ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
-        PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
-        **fmt, **pdl_launch(a.device))
+        FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
+        num_stages=tiling.num_stages, **fmt, **pdl_launch(a.device))
     return out
+
+
+def fp8_activations_default(w13: torch.Tensor, num_pairs: int) -> bool:
+    """Whether fp8 experts multiply e4m3 activations: at decode sizes (a weight stream, where
+    widening the weights costs more than quantizing a few rows) on fp8 tensor cores, unless
+    ``FASTLLM_MOE_FP8_ACTIVATIONS=0``. Prefill keeps the widening: not measured against it."""
+    return (w13.dtype == torch.float8_e4m3fn and num_pairs <= DECODE_PAIRS_PER_EXPERT * w13.shape[0]
+            and fp8_tensor_cores(w13.device) and os.environ.get(FP8_ACTIVATIONS_ENV, "1") != "0")
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
                   w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
-                  tilings: tuple[MoeTiling, MoeTiling] | None = None) -> torch.Tensor:
+                  tilings: tuple[MoeTiling, MoeTiling] | None = None,
+                  fp8_activations: bool | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
     ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
@@ -341,7 +393,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     ``w2_scale [E, H]``. 4-bit experts: uint8 ``w13 [E, 2I, H/2]``/``w2 [E, H, I/2]`` (two codes
     a byte, the even input in the low nibble), float32 scales ``[E, rows, K / group]`` and
     either zeros of the same shape (int4: ``(code - zero) * scale``) or a code ``book [16]``
-    (nf4: ``book[code] * scale``)."""
+    (nf4: ``book[code] * scale``). ``fp8_activations``: fp8 experts multiply e4m3 activations
+    (``grouped_gemm``); None: ``fp8_activations_default``."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
@@ -351,7 +404,10 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
     gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
-    formats = {"w_zero": w13_zero, "book": book}, {"w_zero": w2_zero, "book": book}
+    if fp8_activations is None:
+        fp8_activations = fp8_activations_default(w13, num_pairs)
+    shared = {"book": book, "fp8_activations": fp8_activations}
+    formats = {"w_zero": w13_zero, **shared}, {"w_zero": w2_zero, **shared}
     hidden = hidden.contiguous()
     if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
         blocks = one_pair_blocks(topk_ids)
