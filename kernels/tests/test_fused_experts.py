@@ -231,12 +231,12 @@ def fp8_activation_moe(x, w13, w2, topk_weights, topk_ids, block_ks):
 
 
 def exact_in_e4m3_steps(rows, k, block_k, dtype):
-    """Activations that ``e4m3_steps`` keeps exactly: every K step of a row is e4m3 normals (or 0)
-    times a power of two of its own, with one input at the top (448 times it)."""
+    """Activations that ``e4m3_steps`` keeps exactly: every K step of a row is e4m3 values times a
+    power of two of its own, with one input at the top (448 times it)."""
+    num_steps = -(-k // block_k)
     codes = (torch.randn(rows, k) * 16).to(torch.float8_e4m3fn).double()
-    codes[codes.abs() < 2 ** -6] = 0  # e4m3 subnormals: the interpreter converts them inexactly
-    codes[:, ::block_k] = FP8_MAX * torch.randint(0, 2, (rows, len(range(0, k, block_k)))) * 2 - FP8_MAX
-    steps = 2.0 ** torch.randint(-10, -5, (rows, len(range(0, k, block_k))))
+    codes[:, ::block_k] = FP8_MAX * (torch.randint(0, 2, (rows, num_steps)) * 2 - 1)
+    steps = 2.0 ** torch.randint(-10, -5, (rows, num_steps))
     return (codes * steps.repeat_interleave(block_k, dim=1)[:, :k]).to(DEVICE, dtype)
 
 
