@@ -181,15 +181,14 @@ b1)  # Qwen3-30B-A3B's batch-1 profile (bf16, fp8), Llama-3-8B batch 1
   step decode_llama 120 $PY benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 3 \
     --max-num-seqs 4 --out "$OUT/decode_llama.json"
   ;;
-fp8act)  # fp8 x fp8 experts (#25): their GPU tests, the Qwen3-30B-A3B layer with and without, batch-1 A/B (fp8+a16 widens)
+fp8act)  # fp8 x fp8 experts (#25): their GPU tests, batch-1 Qwen3-30B-A3B bf16 / fp8 / fp8+a16 (widened), then
+  # the fp8 GEMMs' tiles with e4m3 activations (64-row wgmma tiles among them); steps' limits add up to 560 s
   TAIL=5 step fp8act_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py
-  for act in auto off; do
-    step "moe_layer_fp8_$act" 60 $PY kernels/bench_fused_moe.py --experts fp8 --fp8-activations $act \
-      --models qwen3-30b-a3b --tokens 1 2 16 --csv "$OUT/fused_moe_fp8_$act.csv"
-  done
   TAIL=70 step profile_qwen3_fp8act 280 $PY benchmarks/quant_decode.py --model qwen3-30b-a3b --methods bf16 fp8 \
     fp8+a16 --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 \
     --out "$OUT/profile_qwen3_fp8act.json"
+  TAIL=12 step moe_sweep_fp8act 130 $PY kernels/bench_fused_moe.py --sweep --experts fp8 --models qwen3-30b-a3b \
+    --tokens 1 --csv "$OUT/moe_sweep_fp8act.csv"
   ;;
 moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call
   for fmt in fp8 int4 nf4; do

@@ -42,6 +42,8 @@ TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
 SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
     MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
+WGMMA_TILES = [MoeTiling(64, n, k, num_stages=s) for n, k, s in itertools.product([32, 64], [128, 256], [3, 4])]
+"""fp8 activations: 64-row tiles, where Hopper's e4m3 dot runs natively (wgmma)."""
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -155,7 +157,9 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
         fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
-        candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
+        candidates = PREFILL_TILES
+        if tokens * top_k / experts <= 32:
+            candidates = DECODE_TILES + (WGMMA_TILES if fp8_act else [])
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
                                                     fp8_activations=fp8_act, **gate_up_format), defaults[0]),
                  "down": (lambda t: grouped_gemm(act, w2, down_out, blocks_for(t), t, 1, False, topk_weights.view(-1),

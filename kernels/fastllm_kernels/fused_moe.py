@@ -14,10 +14,12 @@ so no reduction launch follows.
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
 group scales) are widened a tile at a time in registers, so decode reads their packed bytes alone.
-At decode, e4m3 experts on fp8 tensor cores take the other way (``fp8_activations``): widening
-the weights cost more than streaming them, so each K step's activation rows are quantized to
-e4m3 instead (a scale a row a step, no extra pass or launch) and the tensor cores multiply the
-two fp8 tiles as they are, the rows' scales applied to each step's product.
+At batch-1 decode, e4m3 experts on fp8 tensor cores take the other way (``fp8_activations``):
+widening the weights cost more than streaming them, so each K step's activation row is quantized
+to e4m3 instead (a scale a row a step, no extra pass or launch) and the dot takes both e4m3
+tiles, each step's product scaled by the row's scale. Triton multiplies e4m3 natively on sm_89
+and sm_120, and on Hopper in 64-row (wgmma) tiles; Hopper's 16-row tiles widen both operands to
+fp16, one conversion where bf16 takes two.
 """
 
 from __future__ import annotations
@@ -40,9 +42,7 @@ MAX_ALIGN_PAIRS = 4096
 the dozen torch launches of the general path would cost more than the GEMMs)."""
 ONE_PAIR_BLOCKS_SHARE = 8
 """Pairs go one a block, ungrouped, while there are at most an eighth as many as experts."""
-DECODE_PAIRS_PER_EXPERT = 32
-"""Up to this many pairs an expert on average, the GEMMs stream weights (decode tiles)."""
-FP8_MAX = 448.0  # e4m3's largest finite value
+FP8_MAX = tl.constexpr(torch.finfo(torch.float8_e4m3fn).max)  # e4m3's largest finite value, 448
 FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
 """Set to 0: fp8 experts widen their weights at every batch size (the W8A16 product)."""
 
@@ -70,7 +70,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     per_expert = num_pairs / num_experts
     if per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
-    elif per_expert <= DECODE_PAIRS_PER_EXPERT:
+    elif per_expert <= 32:
         tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
     elif per_expert <= 128:
         tiles = MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
@@ -79,7 +79,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
                  MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
     if element_size > 2:
         tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
-    elif weight_size == 1 and per_expert <= DECODE_PAIRS_PER_EXPERT:
+    elif weight_size == 1 and per_expert <= 32:
         tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
     return tiles
 
@@ -212,11 +212,12 @@ def _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8: tl.constexpr, FOU
 
 @triton.jit
 def _e4m3_rows(a):
-    """``a [M, K]`` as e4m3 and a float32 scale a row: the row's absmax maps to the format's top,
-    so each row keeps e4m3's relative precision whatever its size (zero rows stay zero)."""
+    """``a [M, K]`` (or one row ``[K]``) as e4m3 and a float32 scale a row (``[M, 1]``, ``[1]``):
+    the row's absmax maps to the format's top, so each row keeps e4m3's relative precision
+    whatever its size (zero rows stay zero)."""
     a = a.to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(a), 1) / FP8_MAX, 1e-30)
-    q = tl.clamp(a * (1.0 / scale)[:, None], -FP8_MAX, FP8_MAX)
+    scale = tl.maximum(tl.max(tl.abs(a), axis=-1, keep_dims=True) / FP8_MAX, 1e-30)
+    q = tl.clamp(a * (1.0 / scale), -FP8_MAX, FP8_MAX)
     return q.to(tl.float8e4nv), scale
 
 
@@ -225,7 +226,7 @@ def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, PRECISION: tl.constex
     """``acc + a @ w^T``: with ``FP8_ACT`` two e4m3 tiles on the tensor cores, the product scaled
     by ``a``'s row scales (they change every K step); else accumulated in the dot."""
     if FP8_ACT:
-        acc += tl.dot(a, tl.trans(w)) * a_scale[:, None]
+        acc += tl.dot(a, tl.trans(w)) * a_scale
     else:
         acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
     return acc
@@ -277,13 +278,18 @@ def _grouped_gemm_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
-        else:
-            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
         a_scale = 1.0
-        if FP8_ACT:
-            a, a_scale = _e4m3_rows(a)
+        if FP8_ACT and ONE_PAIR:  # one real row: quantized as a vector, repeated down the tile (rows past 0 unused)
+            a, a_scale = _e4m3_rows(tl.load(a_ptr + pid_m.to(tl.int64) // ROWS_PER_A * stride_am + k0 + ks,
+                                            mask=k0 + ks < K, other=0.0))
+            a = tl.broadcast_to(a[None, :], (BLOCK_M, BLOCK_K))
+        else:
+            if EVEN_K:
+                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
+            else:
+                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
+            if FP8_ACT:
+                a, a_scale = _e4m3_rows(a)
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
                          BLOCK_K, EVEN_K, a.dtype)
         acc = _accumulate(acc, a, w, a_scale, FP8_ACT, PRECISION)
@@ -301,7 +307,7 @@ def _grouped_gemm_kernel(
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if WEIGHTED:
         acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
-    if SUM_PAIRS > 1:  # rows past 0 are zero; the token's slot is this program's K split
+    if SUM_PAIRS > 1:  # rows past 0 have no routing weight: zero; the token's slot is this program's K split
         token = pid_m // SUM_PAIRS
         write_split_output(tl.sum(acc, 0)[None, :], token + tl.arange(0, 1), cols, num_pairs // SUM_PAIRS, N,
                            out_ptr, stride_om, ws_ptr, lock_ptr, token * n_tiles + pid_n, pid_m % SUM_PAIRS,
@@ -373,10 +379,11 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
 
 
 def fp8_activations_default(w13: torch.Tensor, num_pairs: int) -> bool:
-    """Whether fp8 experts multiply e4m3 activations: at decode sizes (a weight stream, where
-    widening the weights costs more than quantizing a few rows) on fp8 tensor cores, unless
-    ``FASTLLM_MOE_FP8_ACTIVATIONS=0``. Prefill keeps the widening: not measured against it."""
-    return (w13.dtype == torch.float8_e4m3fn and num_pairs <= DECODE_PAIRS_PER_EXPERT * w13.shape[0]
+    """Whether fp8 experts multiply e4m3 activations: on fp8 tensor cores, at one pair a block
+    (batch-1 decode: a weight stream, where widening the weights costs more than quantizing the
+    block's one row as a vector), unless ``FASTLLM_MOE_FP8_ACTIVATIONS=0``. Grouped blocks quantize
+    whole tiles, and prefill is compute-bound: they keep the widening until measured."""
+    return (w13.dtype == torch.float8_e4m3fn and num_pairs * ONE_PAIR_BLOCKS_SHARE <= w13.shape[0]
             and fp8_tensor_cores(w13.device) and os.environ.get(FP8_ACTIVATIONS_ENV, "1") != "0")
 
 

@@ -3,7 +3,7 @@ import torch
 
 from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.fused_moe import (
-    FP8_ACTIVATIONS_ENV, FP8_MAX, MAX_ALIGN_PAIRS, MoeTiling, _align_torch, default_tilings, fp8_activations_default,
+    FP8_ACTIVATIONS_ENV, MAX_ALIGN_PAIRS, MoeTiling, _align_torch, default_tilings, fp8_activations_default,
     fused_experts, grouped_gemm, max_blocks, moe_align_block_size, one_pair_blocks,
 )
 from fastllm_kernels.quant.dequant import NF4_CODES
@@ -205,6 +205,7 @@ most u = 2^-4 of itself; independent errors add in quadrature, so each product i
 about u in rms, and the two in series (gate/up, then down on the quantized activation) by about
 sqrt(2) u = 0.088. Random draws give 0.04 on average (0.072 the worst of 300 at one token); a wrong
 scale or row is off by O(1)."""
+FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 ON_CUDA_ONLY = pytest.mark.skipif(DEVICE.type != "cuda", reason="Triton's interpreter rounds to fp8 "
                                   "inexactly (no carry into the exponent); on CPU only e4m3_steps data runs")
 
@@ -285,13 +286,13 @@ def test_fp8_activations_are_quantized_and_need_fp8_experts():
         fused_experts(x, w13, w2, topk_weights, topk_ids, fp8_activations=True)
 
 
-def test_fp8_activations_by_default_at_decode_on_fp8_tensor_cores(monkeypatch):
+def test_fp8_activations_by_default_at_one_pair_a_block_on_fp8_tensor_cores(monkeypatch):
     q13, _ = fp8_per_channel(moe_weights(16, 64, 32, torch.float32)[0])
-    assert fp8_activations_default(q13, 16) == fp8_tensor_cores(q13.device)
-    assert not fp8_activations_default(q13, 33 * 16)  # prefill-sized: the widening
-    assert not fp8_activations_default(q13.float(), 16)
+    assert fp8_activations_default(q13, 2) == fp8_tensor_cores(q13.device)  # one pair a block
+    assert not fp8_activations_default(q13, 3)  # grouped blocks: the widening
+    assert not fp8_activations_default(q13.float(), 2)
     monkeypatch.setenv(FP8_ACTIVATIONS_ENV, "0")
-    assert not fp8_activations_default(q13, 16)
+    assert not fp8_activations_default(q13, 2)
 
 
 @ON_CUDA_ONLY
