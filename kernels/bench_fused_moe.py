@@ -168,8 +168,8 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         for gemm, (run, default) in gemms.items():
             timings, best = fastest(run, default, candidates)
             rows.append({"model": name, "experts": experts_format, "fp8 activations": fp8_act, "tokens": tokens,
-                         "gemm": gemm, "default us": round(timings[default] * 1e3, 1), "best us": round(timings[best] * 1e3, 1),
-                         "best": best})
+                         "gemm": gemm, "default us": round(timings[default] * 1e3, 1),
+                         "best us": round(timings[best] * 1e3, 1), "best": best})
             print(rows[-1], flush=True)
     return rows
 

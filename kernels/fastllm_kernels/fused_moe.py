@@ -24,9 +24,8 @@ fp16, one conversion where bf16 takes two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import os
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -250,8 +249,8 @@ def _grouped_gemm_kernel(
     output row is the pair's token, the sum of its k pairs. Quantized W (``_weight_tile``):
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
     each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot.
-    ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``) and
-    multiplied with the e4m3 weight tile unwidened."""
+    ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``; at
+    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
