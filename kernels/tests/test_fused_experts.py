@@ -279,8 +279,11 @@ def test_fp8_activations_are_quantized_and_need_fp8_experts():
     w13, w2 = moe_weights(16, 64, 32, torch.float32)
     (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
     topk_weights, topk_ids = routing(2, 16, 2)
-    run = lambda fp8: fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2,  # noqa: E731
-                                    fp8_activations=fp8)
+
+    def run(fp8_activations):
+        return fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2,
+                             fp8_activations=fp8_activations)
+
     assert rel_err(run(True), run(False)) > 1e-3
     with pytest.raises(ValueError, match="e4m3 experts"):
         fused_experts(x, w13, w2, topk_weights, topk_ids, fp8_activations=True)
