@@ -42,8 +42,8 @@ TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
 SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
     MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
-WGMMA_TILES = [MoeTiling(64, n, k, num_stages=s) for n, k, s in itertools.product([32, 64], [128, 256], [3, 4])]
-"""fp8 activations: 64-row tiles, where Hopper's e4m3 dot runs natively (wgmma)."""
+FP8_ACTIVATION_TILES = [MoeTiling(16, 128, k, num_stages=s) for k, s in itertools.product([128, 256], [3, 4])]
+"""fp8 activations at one pair a block: wider weight tiles, the left operand of Hopper's e4m3 dot."""
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -148,18 +148,18 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
-        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
+        fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
+        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size(), fp8_act and one_pair)
         sum_pairs = top_k if one_pair else 1  # one pair a block: the down GEMM sums a token's pairs
         down_out = x.new_empty(tokens * top_k // sum_pairs, hidden)
 
         def blocks_for(tiling):
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
-        fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
         candidates = PREFILL_TILES
         if tokens * top_k / experts <= 32:
-            candidates = DECODE_TILES + (WGMMA_TILES if fp8_act else [])
+            candidates = DECODE_TILES + (FP8_ACTIVATION_TILES if fp8_act else [])
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
                                                     fp8_activations=fp8_act, **gate_up_format), defaults[0]),
                  "down": (lambda t: grouped_gemm(act, w2, down_out, blocks_for(t), t, 1, False, topk_weights.view(-1),

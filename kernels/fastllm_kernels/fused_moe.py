@@ -18,8 +18,8 @@ At batch-1 decode, e4m3 experts on fp8 tensor cores take the other way (``fp8_ac
 widening the weights cost more than streaming them, so each K step's activation row is quantized
 to e4m3 instead (a scale a row a step, no extra pass or launch) and the dot takes both e4m3
 tiles, each step's product scaled by the row's scale. Triton multiplies e4m3 natively on sm_89
-and sm_120, and on Hopper in 64-row (wgmma) tiles; Hopper's 16-row tiles widen both operands to
-fp16, one conversion where bf16 takes two.
+and sm_120 but on Hopper only in 64-row tiles (wgmma; smaller ones it widens to fp16), so the
+weight tile (64 rows) is the dot's left operand and the one activation row, repeated, its right.
 """
 
 from __future__ import annotations
@@ -59,13 +59,15 @@ class MoeTiling:
     num_stages: int = 3
 
 
-def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
-                    weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
+def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2, weight_size: int = 2,
+                    fp8_activations: bool = False) -> tuple[MoeTiling, MoeTiling]:
     """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
     ``bench_fused_moe.py`` (bf16). A few (decode): the product is a weight stream, so thin tiles
     give many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's
     weight tile serves its row blocks from L2. float32 halves the K step (shared memory); one-byte
-    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept)."""
+    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept).
+    ``fp8_activations`` (one pair a block): 64 weight rows a tile at least, the left operand of
+    Hopper's e4m3 dot (wgmma; not swept)."""
     per_expert = num_pairs / num_experts
     if per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
@@ -80,6 +82,8 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
         tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
     elif weight_size == 1 and per_expert <= 32:
         tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
+    if fp8_activations:
+        tiles = tuple(replace(tile, block_n=max(tile.block_n, 64)) for tile in tiles)
     return tiles
 
 
@@ -221,10 +225,13 @@ def _e4m3_rows(a):
 
 
 @triton.jit
-def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, PRECISION: tl.constexpr):
+def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, SWAP_AB: tl.constexpr, PRECISION: tl.constexpr):
     """``acc + a @ w^T``: with ``FP8_ACT`` two e4m3 tiles on the tensor cores, the product scaled
-    by ``a``'s row scales (they change every K step); else accumulated in the dot."""
-    if FP8_ACT:
+    by ``a``'s row scales (they change every K step); else accumulated in the dot. ``SWAP_AB``:
+    ``acc^T + w @ a`` (``a [K, M]``, one scale)."""
+    if SWAP_AB:
+        acc += tl.dot(w, a) * a_scale
+    elif FP8_ACT:
         acc += tl.dot(a, tl.trans(w)) * a_scale
     else:
         acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
@@ -274,14 +281,21 @@ def _grouped_gemm_kernel(
     s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # one real row, fp8: quantized as a vector and repeated across the tile's columns, the weights
+    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: BLOCK_N weights, not copies of a row)
+    SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a_scale = 1.0
-        if FP8_ACT and ONE_PAIR:  # one real row: quantized as a vector, repeated down the tile (rows past 0 unused)
+        if SWAP_AB:
             a, a_scale = _e4m3_rows(tl.load(a_ptr + pid_m.to(tl.int64) // ROWS_PER_A * stride_am + k0 + ks,
                                             mask=k0 + ks < K, other=0.0))
-            a = tl.broadcast_to(a[None, :], (BLOCK_M, BLOCK_K))
+            a = tl.broadcast_to(a[:, None], (BLOCK_K, BLOCK_M))
         else:
             if EVEN_K:
                 a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
@@ -291,12 +305,15 @@ def _grouped_gemm_kernel(
                 a, a_scale = _e4m3_rows(a)
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
                          BLOCK_K, EVEN_K, a.dtype)
-        acc = _accumulate(acc, a, w, a_scale, FP8_ACT, PRECISION)
+        acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
         if GATED:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
-            acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, PRECISION)
+            acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+    if SWAP_AB:  # every row the pair's
+        acc = tl.trans(acc)
+        acc_up = tl.trans(acc_up)
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
         acc *= tl.load(scales)[None, :]
@@ -409,13 +426,15 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     if w13.shape[2] * packing != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner // packing):
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
-    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
     if fp8_activations is None:
         fp8_activations = fp8_activations_default(w13, num_pairs)
+    one_pair = num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts
+    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size(),
+                                               fp8_activations and one_pair)
     shared = {"book": book, "fp8_activations": fp8_activations}
     formats = {"w_zero": w13_zero, **shared}, {"w_zero": w2_zero, **shared}
     hidden = hidden.contiguous()
-    if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
+    if one_pair:
         blocks = one_pair_blocks(topk_ids)
     else:
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)

@@ -116,6 +116,7 @@ def test_large_batches_align_in_torch_and_pick_prefill_tiles():
     assert default_tilings(tokens * top_k, experts)[0].block_m == 128
     assert default_tilings(8, 64)[0].block_m == 16
     assert default_tilings(8, 64, element_size=4)[0].block_k == default_tilings(8, 64)[0].block_k // 2
+    assert default_tilings(8, 64, weight_size=1, fp8_activations=True)[0].block_n == 64
 
 
 def test_fused_experts_rejects_other_activations():
@@ -242,14 +243,17 @@ def exact_in_e4m3_steps(rows, k, block_k, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("experts,one_pair", [(16, True), (4, False)])  # decode (k pairs summed), grouped
-def test_fp8_activations_product_exact_on_e4m3_inputs(dtype, experts, one_pair):
+@pytest.mark.parametrize("experts,one_pair,tiling", [
+    (16, True, MoeTiling(16, 32, 32)),  # decode (k pairs summed); K steps 32: three of hidden's, two of inner's
+    (16, True, MoeTiling(16, 64, 64)),  # Hopper's fp8 tile; K steps that do not divide hidden (96)
+    (4, False, MoeTiling(16, 32, 32)),  # grouped
+])
+def test_fp8_activations_product_exact_on_e4m3_inputs(dtype, experts, one_pair, tiling):
     """Both grouped GEMMs with e4m3 activations, on inputs the quantization keeps, so the result
     is the float64 product of the dequantized weights (any scale applied wrongly is off by a
     power of two): gate/up gated, then down weighted (summing a token's pairs at one pair a
     block); one token's two slots on one expert, experts without pairs."""
     tokens, top_k, hidden, inner = 3, 2, 96, 64
-    tiling = MoeTiling(16, 32, 32)  # K steps 32: three of hidden's, two of inner's
     w13, w2 = moe_weights(experts, hidden, inner, torch.float32)
     (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
     d13, d2 = q13.double() * s13.double()[..., None], q2.double() * s2.double()[..., None]
