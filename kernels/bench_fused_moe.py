@@ -43,7 +43,7 @@ SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
     MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
 FP8_ACTIVATION_TILES = [MoeTiling(16, 128, k, num_stages=s) for k, s in itertools.product([128, 256], [3, 4])]
-"""fp8 activations at one pair a block: wider weight tiles, the left operand of Hopper's e4m3 dot."""
+"""fp8 activations at one pair a block: wider weight tiles (the left operand of the e4m3 dot)."""
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -150,7 +150,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         act = x.new_empty(tokens * top_k, inner)
         one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
         fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
-        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size(), fp8_act and one_pair)
+        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         sum_pairs = top_k if one_pair else 1  # one pair a block: the down GEMM sums a token's pairs
         down_out = x.new_empty(tokens * top_k // sum_pairs, hidden)
 

@@ -19,7 +19,8 @@ widening the weights cost more than streaming them, so each K step's activation 
 to e4m3 instead (a scale a row a step, no extra pass or launch) and the dot takes both e4m3
 tiles, each step's product scaled by the row's scale. Triton multiplies e4m3 natively on sm_89
 and sm_120 but on Hopper only in 64-row tiles (wgmma; smaller ones it widens to fp16), so the
-weight tile (64 rows) is the dot's left operand and the one activation row, repeated, its right.
+weight tile is the dot's left operand (gate and up rows stacked: 64 rows at the decode tiles) and
+the one activation row, repeated, its right.
 """
 
 from __future__ import annotations
@@ -59,15 +60,13 @@ class MoeTiling:
     num_stages: int = 3
 
 
-def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2, weight_size: int = 2,
-                    fp8_activations: bool = False) -> tuple[MoeTiling, MoeTiling]:
+def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
+                    weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
     """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
     ``bench_fused_moe.py`` (bf16). A few (decode): the product is a weight stream, so thin tiles
     give many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's
     weight tile serves its row blocks from L2. float32 halves the K step (shared memory); one-byte
-    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept).
-    ``fp8_activations`` (one pair a block): 64 weight rows a tile at least, the left operand of
-    Hopper's e4m3 dot (wgmma; not swept)."""
+    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept)."""
     per_expert = num_pairs / num_experts
     if per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
@@ -82,8 +81,6 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2, wei
         tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)
     elif weight_size == 1 and per_expert <= 32:
         tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
-    if fp8_activations:
-        tiles = tuple(replace(tile, block_n=max(tile.block_n, 64)) for tile in tiles)
     return tiles
 
 
@@ -282,11 +279,17 @@ def _grouped_gemm_kernel(
     z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
     # one real row, fp8: quantized as a vector and repeated across the tile's columns, the weights
-    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: BLOCK_N weights, not copies of a row)
+    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: weights, not copies of a row); gated,
+    # the gate rows and the up rows stacked into one operand
     SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
+    STACKED: tl.constexpr = SWAP_AB and GATED
+    if STACKED:
+        stacked = tl.arange(0, 2 * BLOCK_N)
+        w_rows = w_ptr + expert * stride_we + (tl.minimum(pid_n * BLOCK_N + stacked % BLOCK_N, N - 1)
+                                               + (stacked >= BLOCK_N) * up_rows).to(tl.int64)[:, None] * stride_wn
     if SWAP_AB:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N * (2 if STACKED else 1), BLOCK_M), dtype=tl.float32)
+        acc_up = acc
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -306,11 +309,13 @@ def _grouped_gemm_kernel(
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
                          BLOCK_K, EVEN_K, a.dtype)
         acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-        if GATED:
+        if GATED and not STACKED:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
             acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+    if STACKED:
+        acc, acc_up = tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_N, BLOCK_M)), (1, 2, 0)))
     if SWAP_AB:  # every row the pair's
         acc = tl.trans(acc)
         acc_up = tl.trans(acc_up)
@@ -426,15 +431,13 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     if w13.shape[2] * packing != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner // packing):
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
+    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
     if fp8_activations is None:
         fp8_activations = fp8_activations_default(w13, num_pairs)
-    one_pair = num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts
-    gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size(),
-                                               fp8_activations and one_pair)
     shared = {"book": book, "fp8_activations": fp8_activations}
     formats = {"w_zero": w13_zero, **shared}, {"w_zero": w2_zero, **shared}
     hidden = hidden.contiguous()
-    if one_pair:
+    if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
         blocks = one_pair_blocks(topk_ids)
     else:
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
