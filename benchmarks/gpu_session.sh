@@ -4,7 +4,8 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, b1, moequant, moethroughput, multimodal, parallel, tpspeed, pair2, lamport2, tpoffline2, dpep2, ep2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moequant, moethroughput, multimodal, parallel, tpspeed,
+#   pair2, lamport2, tpoffline2, dpep2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -180,6 +181,15 @@ b1)  # Qwen3-30B-A3B's batch-1 profile (bf16, fp8), Llama-3-8B batch 1
     --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 --out "$OUT/profile_qwen3.json"
   step decode_llama 120 $PY benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 3 \
     --max-num-seqs 4 --out "$OUT/decode_llama.json"
+  ;;
+fp8act)  # fp8 x fp8 experts (#25): fp8 expert tests, batch-1 Qwen3-30B-A3B bf16 / fp8 / fp8+a16 (widened), then
+  # the fp8 GEMMs' tiles with e4m3 activations (wider weight tiles among them); steps' limits add up to 560 s
+  TAIL=5 step fp8act_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py -k fp8
+  TAIL=70 step profile_qwen3_fp8act 280 $PY benchmarks/quant_decode.py --model qwen3-30b-a3b --methods bf16 fp8 \
+    fp8+a16 --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 \
+    --out "$OUT/profile_qwen3_fp8act.json"
+  TAIL=12 step moe_sweep_fp8act 130 $PY kernels/bench_fused_moe.py --sweep --experts fp8 --models qwen3-30b-a3b \
+    --tokens 1 --csv "$OUT/moe_sweep_fp8act.csv"
   ;;
 moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call
   for fmt in fp8 int4 nf4; do

@@ -3,7 +3,9 @@
     python benchmarks/quant_decode.py --model llama-3-8b --load-format dummy --out quant_decode.json
     python benchmarks/quant_decode.py --methods bf16 --throughput-methods --profile -tp 2   # TP=2 step
 
-A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``). Each method
+A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``); ``fp8+a16`` keeps
+fp8 experts' activations 16-bit (``FASTLLM_MOE_FP8_ACTIVATIONS=0``: the weights widened, the
+product before the fp8 x fp8 one), so ``--methods bf16 fp8 fp8+a16`` is the A/B. Each method
 gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens`` generated tokens
 after the first, the median of ``--decode-repeats`` requests; the offline run
 (``--throughput-methods``, default bf16 vs fp8) over ``--num-prompts`` random prompts. Prints a
@@ -19,19 +21,22 @@ import os
 import statistics
 import tempfile
 import time
+from unittest import mock
 
 import torch
 
 from fastllm import LLM, SamplingParams
 from fastllm.engine.in_process import engine_model
 from fastllm.quantization import weight_bytes
+from fastllm_kernels.fused_moe import FP8_ACTIVATIONS_ENV
 
 METHODS = ["bf16", "weight_only_int8", "fp8", "nf4", "weight_only_int4"]
 HEAD = "+lm_head"
+A16 = "+a16"
 
 
 def build(args: argparse.Namespace, method: str, max_num_seqs: int) -> LLM:
-    name = method.removesuffix(HEAD)
+    name = method.removesuffix(HEAD).removesuffix(A16)
     return LLM(args.model, load_format=args.load_format, dtype="bfloat16", max_model_len=args.max_model_len,
                max_num_seqs=max_num_seqs, quantization=None if name == "bf16" else name,
                quantize_lm_head=method.endswith(HEAD), gpu_memory_utilization=0.85,
@@ -123,6 +128,11 @@ def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
 
 def measure(args: argparse.Namespace, method: str) -> dict:
     """One engine's numbers; the engine is gone (and its GPU memory free) when this returns."""
+    with mock.patch.dict(os.environ, {FP8_ACTIVATIONS_ENV: "0" if A16 in method else "1"}):
+        return measure_engine(args, method)
+
+
+def measure_engine(args: argparse.Namespace, method: str) -> dict:
     start = time.perf_counter()
     llm = build(args, method, max_num_seqs=args.max_num_seqs)
     row: dict = {"load_s": round(time.perf_counter() - start, 1),  # quantizing included

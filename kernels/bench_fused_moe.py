@@ -8,7 +8,9 @@ bytes the routed experts hold (each read once: the decode bound), the TFLOP/s of
 products, the torch loop's time (``do_bench``; it syncs, so no graph) and the relative error of
 the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
 candidate tiles and prints the fastest per shape. ``--experts fp8|int4|nf4``: the experts
-quantized by the quant plugin, the loop dequantizing them. Not a test: nothing here asserts.
+quantized by the quant plugin, the loop dequantizing them; ``--fp8-activations off``: fp8 experts
+widened at every size (auto: e4m3 activations at decode, ``fp8_activations_default``). Not a
+test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from fastllm_quant.fp8 import quantize_fp8_experts
 from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, quantize_int4
 from fastllm_quant.nf4 import DEFAULT_BLOCK_SIZE, quantize_nf4
 from fastllm_kernels.fused_moe import (
-    ONE_PAIR_BLOCKS_SHARE, MoeTiling, default_tilings, fused_experts, grouped_gemm, moe_align_block_size,
-    one_pair_blocks,
+    ONE_PAIR_BLOCKS_SHARE, MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm,
+    moe_align_block_size, one_pair_blocks,
 )
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
@@ -40,6 +42,8 @@ TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
 SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
     MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
+FP8_ACTIVATION_TILES = [MoeTiling(16, 128, k, num_stages=s) for k, s in itertools.product([128, 256], [3, 4])]
+"""fp8 activations at one pair a block: wider weight tiles (the left operand of the e4m3 dot)."""
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -87,7 +91,7 @@ def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[
 
 
 def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int],
-                experts_format: str) -> list[dict]:
+                experts_format: str, fp8_activations: bool | None) -> list[dict]:
     hidden, inner, experts, top_k = MODELS[name]
     w13, w2, formats = expert_weights(name, dtype, experts_format)
     plain = not formats
@@ -100,13 +104,14 @@ def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: li
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
-        out = fused_experts(x, w13, w2, topk_weights, topk_ids, **formats)
+        out = fused_experts(x, w13, w2, topk_weights, topk_ids, fp8_activations=fp8_activations, **formats)
         err = float("nan")
         if tokens <= 4096:  # the float32 loop's memory
             ref = reference(x.float())
             err = ((out.float() - ref).norm() / ref.norm()).item()
             del ref
-        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids, **formats))
+        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids,
+                                                    fp8_activations=fp8_activations, **formats))
         loop_ms = triton.testing.do_bench(lambda: reference(x), warmup=5, rep=50, return_mode="median")
         nbytes = topk_ids.unique().numel() * (w13.nbytes + w2.nbytes) // experts
         flops = 2 * 3 * tokens * top_k * hidden * inner
@@ -131,7 +136,8 @@ def fastest(run, default: MoeTiling, candidates: list[MoeTiling]) -> tuple[dict,
     return timings, min(timings, key=timings.get)
 
 
-def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int]) -> list[dict]:
+def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int],
+          fp8_activations: bool | None) -> list[dict]:
     """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
     w13, w2, formats = expert_weights(name, dtype, experts_format)
@@ -142,24 +148,28 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
-        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
+        fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
+        defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         sum_pairs = top_k if one_pair else 1  # one pair a block: the down GEMM sums a token's pairs
         down_out = x.new_empty(tokens * top_k // sum_pairs, hidden)
 
         def blocks_for(tiling):
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
-        candidates = DECODE_TILES if tokens * top_k / experts <= 32 else PREFILL_TILES
+        candidates = PREFILL_TILES
+        if tokens * top_k / experts <= 32:
+            candidates = DECODE_TILES + (FP8_ACTIVATION_TILES if fp8_act else [])
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
-                                                    **gate_up_format), defaults[0]),
+                                                    fp8_activations=fp8_act, **gate_up_format), defaults[0]),
                  "down": (lambda t: grouped_gemm(act, w2, down_out, blocks_for(t), t, 1, False, topk_weights.view(-1),
-                                                 sum_pairs=sum_pairs, **down_format), defaults[1])}
+                                                 sum_pairs=sum_pairs, fp8_activations=fp8_act, **down_format),
+                          defaults[1])}
         for gemm, (run, default) in gemms.items():
             timings, best = fastest(run, default, candidates)
-            rows.append({"model": name, "experts": experts_format, "tokens": tokens, "gemm": gemm,
-                         "default us": round(timings[default] * 1e3, 1), "best us": round(timings[best] * 1e3, 1),
-                         "best": best})
+            rows.append({"model": name, "experts": experts_format, "fp8 activations": fp8_act, "tokens": tokens,
+                         "gemm": gemm, "default us": round(timings[default] * 1e3, 1),
+                         "best us": round(timings[best] * 1e3, 1), "best": best})
             print(rows[-1], flush=True)
     return rows
 
@@ -172,17 +182,21 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], default="model",
                         help="the experts in --dtype, or quantized as the quant plugin does")
+    parser.add_argument("--fp8-activations", choices=["auto", "off"], default="auto",
+                        help="fp8 experts: e4m3 activations where fused_experts picks them, or widened weights")
     parser.add_argument("--csv")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
+    fp8_activations = None if args.fp8_activations == "auto" else False
     if args.sweep:
-        rows = [row for name in args.models for row in sweep(name, dtype, args.experts, args.tokens or SWEEP_TOKENS)]
+        rows = [row for name in args.models for row in sweep(name, dtype, args.experts, args.tokens or SWEEP_TOKENS,
+                                                              fp8_activations)]
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
         rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
-                                                                    args.experts)]
+                                                                    args.experts, fp8_activations)]
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -14,3 +14,10 @@ def compiled_nvidia(device: torch.device) -> bool:
     inline PTX and Hopper's grid dependency control: not ROCm (whose gfx9 GPUs also report
     capability 9.x), not the interpreter."""
     return device.type == "cuda" and not torch.version.hip and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+@functools.lru_cache(maxsize=None)
+def fp8_tensor_cores(device: torch.device) -> bool:
+    """Whether the tensor cores of ``device`` multiply e4m3 operands (NVIDIA compute capability
+    8.9 and later: Ada, Hopper), so a ``tl.dot`` of two fp8 tiles runs as one."""
+    return compiled_nvidia(device) and torch.cuda.get_device_capability(device) >= (8, 9)

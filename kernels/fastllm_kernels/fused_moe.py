@@ -14,16 +14,25 @@ so no reduction launch follows.
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
 group scales) are widened a tile at a time in registers, so decode reads their packed bytes alone.
+At batch-1 decode, e4m3 experts on fp8 tensor cores take the other way (``fp8_activations``):
+widening the weights cost more than streaming them, so each K step's activation row is quantized
+to e4m3 instead (a scale a row a step, no extra pass or launch) and the dot takes both e4m3
+tiles, each step's product scaled by the row's scale. Triton multiplies e4m3 natively on sm_89
+and sm_120 but on Hopper only in 64-row tiles (wgmma; smaller ones it widens to fp16), so the
+weight tile is the dot's left operand (gate and up rows stacked: 64 rows at the decode tiles) and
+the one activation row, repeated, its right.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
 from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
@@ -33,6 +42,9 @@ MAX_ALIGN_PAIRS = 4096
 the dozen torch launches of the general path would cost more than the GEMMs)."""
 ONE_PAIR_BLOCKS_SHARE = 8
 """Pairs go one a block, ungrouped, while there are at most an eighth as many as experts."""
+FP8_MAX = tl.constexpr(torch.finfo(torch.float8_e4m3fn).max)  # e4m3's largest finite value, 448
+FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
+"""Set to 0: fp8 experts widen their weights at every batch size (the W8A16 product)."""
 
 
 @dataclass(frozen=True)
@@ -199,13 +211,38 @@ def _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8: tl.constexpr, FOU
 
 
 @triton.jit
+def _e4m3_rows(a):
+    """``a [M, K]`` (or one row ``[K]``) as e4m3 and a float32 scale a row (``[M, 1]``, ``[1]``):
+    the row's absmax maps to the format's top, so each row keeps e4m3's relative precision
+    whatever its size (zero rows stay zero)."""
+    a = a.to(tl.float32)
+    scale = tl.maximum(tl.max(tl.abs(a), axis=-1, keep_dims=True) / FP8_MAX, 1e-30)
+    q = tl.clamp(a * (1.0 / scale), -FP8_MAX, FP8_MAX)
+    return q.to(tl.float8e4nv), scale
+
+
+@triton.jit
+def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, SWAP_AB: tl.constexpr, PRECISION: tl.constexpr):
+    """``acc + a @ w^T``: with ``FP8_ACT`` two e4m3 tiles on the tensor cores, the product scaled
+    by ``a``'s row scales (they change every K step); else accumulated in the dot. ``SWAP_AB``:
+    ``acc^T + w @ a`` (``a [K, M]``, one scale)."""
+    if SWAP_AB:
+        acc += tl.dot(w, a) * a_scale
+    elif FP8_ACT:
+        acc += tl.dot(a, tl.trans(w)) * a_scale
+    else:
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
     ws_ptr, lock_ptr, N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     up_rows, ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
     SUM_PAIRS: tl.constexpr,
     FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8_ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
@@ -215,7 +252,9 @@ def _grouped_gemm_kernel(
     ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding; with ``SUM_PAIRS`` (k) > 1 the
     output row is the pair's token, the sum of its k pairs. Quantized W (``_weight_tile``):
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
-    each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot."""
+    each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot.
+    ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``; at
+    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -239,21 +278,47 @@ def _grouped_gemm_kernel(
     s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # one real row, fp8: quantized as a vector and repeated across the tile's columns, the weights
+    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: weights, not copies of a row); gated,
+    # the gate rows and the up rows stacked into one operand
+    SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
+    STACKED: tl.constexpr = SWAP_AB and GATED
+    if STACKED:
+        stacked = tl.arange(0, 2 * BLOCK_N)
+        w_rows = w_ptr + expert * stride_we + (tl.minimum(pid_n * BLOCK_N + stacked % BLOCK_N, N - 1)
+                                               + (stacked >= BLOCK_N) * up_rows).to(tl.int64)[:, None] * stride_wn
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N * (2 if STACKED else 1), BLOCK_M), dtype=tl.float32)
+        acc_up = acc
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
+        a_scale = 1.0
+        if SWAP_AB:
+            a, a_scale = _e4m3_rows(tl.load(a_ptr + pid_m.to(tl.int64) // ROWS_PER_A * stride_am + k0 + ks,
+                                            mask=k0 + ks < K, other=0.0))
+            a = tl.broadcast_to(a[:, None], (BLOCK_K, BLOCK_M))
         else:
-            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
+            if EVEN_K:
+                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
+            else:
+                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
+            if FP8_ACT:
+                a, a_scale = _e4m3_rows(a)
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
                          BLOCK_K, EVEN_K, a.dtype)
-        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
-        if GATED:
+        acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+        if GATED and not STACKED:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
-            acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
+            acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+    if STACKED:
+        acc, acc_up = tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_N, BLOCK_M)), (1, 2, 0)))
+    if SWAP_AB:  # every row the pair's
+        acc = tl.trans(acc)
+        acc_up = tl.trans(acc_up)
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
         acc *= tl.load(scales)[None, :]
@@ -263,7 +328,7 @@ def _grouped_gemm_kernel(
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if WEIGHTED:
         acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
-    if SUM_PAIRS > 1:  # rows past 0 are zero; the token's slot is this program's K split
+    if SUM_PAIRS > 1:  # rows past 0 have no routing weight: zero; the token's slot is this program's K split
         token = pid_m // SUM_PAIRS
         write_split_output(tl.sum(acc, 0)[None, :], token + tl.arange(0, 1), cols, num_pairs // SUM_PAIRS, N,
                            out_ptr, stride_om, ws_ptr, lock_ptr, token * n_tiles + pid_n, pid_m % SUM_PAIRS,
@@ -301,16 +366,21 @@ def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tens
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
                  rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
                  w_scale: torch.Tensor | None = None, w_zero: torch.Tensor | None = None,
-                 book: torch.Tensor | None = None, sum_pairs: int = 1) -> torch.Tensor:
+                 book: torch.Tensor | None = None, sum_pairs: int = 1,
+                 fp8_activations: bool = False) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
     (twice N gated), K]`` (a's dtype, or quantized: ``_weight_format``); rows of ``a`` are tokens
     (``rows_per_a`` = k) or pairs (1). ``sum_pairs`` = k (one pair a block only): ``out [tokens,
-    N]``, each token's k pairs summed."""
+    N]``, each token's k pairs summed. ``fp8_activations`` (e4m3 ``w``): an fp8 x fp8 product, the
+    rows of ``a`` quantized to e4m3 a K step at a time."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
     if sum_pairs > 1 and blocks.block_m is not None:
         raise ValueError("pairs are summed in the GEMM only one pair a block")
+    if fp8_activations and (w.dtype != torch.float8_e4m3fn or tiling.block_k < 32):
+        raise ValueError(f"fp8 activations need e4m3 experts (not {w.dtype}) and K steps of at least 32 (the "
+                         f"fp8 MMA's), not {tiling.block_k}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
     w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
@@ -324,16 +394,26 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
         stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
         ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
-        PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps, num_stages=tiling.num_stages,
-        **fmt, **pdl_launch(a.device))
+        FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
+        num_stages=tiling.num_stages, **fmt, **pdl_launch(a.device))
     return out
+
+
+def fp8_activations_default(w13: torch.Tensor, num_pairs: int) -> bool:
+    """Whether fp8 experts multiply e4m3 activations: on fp8 tensor cores, at one pair a block
+    (batch-1 decode: a weight stream, where widening the weights costs more than quantizing the
+    block's one row as a vector), unless ``FASTLLM_MOE_FP8_ACTIVATIONS=0``. Grouped blocks quantize
+    whole tiles, and prefill is compute-bound: they keep the widening until measured."""
+    return (w13.dtype == torch.float8_e4m3fn and num_pairs * ONE_PAIR_BLOCKS_SHARE <= w13.shape[0]
+            and fp8_tensor_cores(w13.device) and os.environ.get(FP8_ACTIVATIONS_ENV, "1") != "0")
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
                   w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
-                  tilings: tuple[MoeTiling, MoeTiling] | None = None) -> torch.Tensor:
+                  tilings: tuple[MoeTiling, MoeTiling] | None = None,
+                  fp8_activations: bool | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
     ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
@@ -341,7 +421,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     ``w2_scale [E, H]``. 4-bit experts: uint8 ``w13 [E, 2I, H/2]``/``w2 [E, H, I/2]`` (two codes
     a byte, the even input in the low nibble), float32 scales ``[E, rows, K / group]`` and
     either zeros of the same shape (int4: ``(code - zero) * scale``) or a code ``book [16]``
-    (nf4: ``book[code] * scale``)."""
+    (nf4: ``book[code] * scale``). ``fp8_activations``: fp8 experts multiply e4m3 activations
+    (``grouped_gemm``); None: ``fp8_activations_default``."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
@@ -351,7 +432,10 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
     gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
-    formats = {"w_zero": w13_zero, "book": book}, {"w_zero": w2_zero, "book": book}
+    if fp8_activations is None:
+        fp8_activations = fp8_activations_default(w13, num_pairs)
+    shared = {"book": book, "fp8_activations": fp8_activations}
+    formats = {"w_zero": w13_zero, **shared}, {"w_zero": w2_zero, **shared}
     hidden = hidden.contiguous()
     if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
         blocks = one_pair_blocks(topk_ids)
