@@ -272,8 +272,11 @@ def test_fp8_activations_product_exact_on_e4m3_inputs(dtype, experts, one_pair, 
 
     gate, up = torch.einsum("ph,pih->pi", x.double().repeat_interleave(top_k, 0), d13[pair_experts]).chunk(2, -1)
     per_pair = torch.einsum("pi,phi->ph", act.double(), d2[pair_experts]) * topk_weights.reshape(-1, 1).double()
-    assert rel_err(gate_up, torch.nn.functional.silu(gate) * up) < TOLERANCE[dtype]
-    assert rel_err(down, per_pair.view(tokens, top_k, -1).sum(1) if one_pair else per_pair) < TOLERANCE[dtype]
+    # Hopper's fp8 tensor cores add their products with fewer bits than float32 (1.03e-4 seen on an H100
+    # in float32); a scale applied wrongly is off by a power of two, far above this bound
+    tolerance = max(TOLERANCE[dtype], 1e-3)
+    assert rel_err(gate_up, torch.nn.functional.silu(gate) * up) < tolerance
+    assert rel_err(down, per_pair.view(tokens, top_k, -1).sum(1) if one_pair else per_pair) < tolerance
 
 
 def test_fp8_activations_are_quantized_and_need_fp8_experts():
