@@ -12,7 +12,9 @@ before while it reads this one, and no peer can write them again before it has r
 call's data, two calls on. A device counter holds the phase, so the kernel replays in CUDA
 graphs; every rank must make the same sequence of calls.
 
-Every rank sums the parts in rank order, so all ranks get the same bits.
+Every rank sums the parts in rank order, so all ranks get the same bits. A peer whose data never
+comes (its process died) stops the kernel with a trap after ``max_polls`` polls, a minute or more:
+the next synchronisation raises a CUDA error instead of the engine hanging.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 PHASES = 3
 EMPTY_BITS = -32768  # -0.0 as a 16-bit float
 MAX_HIDDEN = 16384  # a row lives in one program's registers
+MAX_POLLS = 2 ** 27
 _PHASES, _EMPTY_BITS = tl.constexpr(PHASES), tl.constexpr(EMPTY_BITS)  # as the kernel reads them
+
+
+@triton.jit
+def _give_up(waiting):
+    """End the kernel with an error (PTX ``trap``): the peer it waits for is gone."""
+    tl.inline_asm_elementwise("trap;", "=r,r", [waiting], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @dataclass
@@ -43,12 +52,13 @@ class PeerBuffers:
     rank: int
     world: int
     slot_elements: int
+    max_polls: int = MAX_POLLS  # of a peer's slot before the kernel gives up on that peer
 
 
 @triton.jit
 def _lamport_all_reduce_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, new_residual_ptr, pointers_ptr, state_ptr,
-    eps, hidden, num_rows, rank, slot_elements,
+    eps, hidden, num_rows, rank, slot_elements, max_polls,
     stride_x, stride_residual, stride_out, stride_new_residual,
     WORLD: tl.constexpr, BLOCK: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -87,9 +97,13 @@ def _lamport_all_reduce_kernel(
             part_at = own + phase * phase_elements + source * slot_elements + row * hidden + cols
             part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
             waiting = tl.sum((part.to(tl.int16, bitcast=True) == _EMPTY_BITS).to(tl.int32), 0)
+            polls = 0
             while waiting > 0:
                 part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
                 waiting = tl.sum((part.to(tl.int16, bitcast=True) == _EMPTY_BITS).to(tl.int32), 0)
+                polls += 1
+                if polls > max_polls:
+                    _give_up(waiting)
             total += part.to(tl.float32)
 
     summed = total.to(dtype)
@@ -123,7 +137,7 @@ def _launch(x: torch.Tensor, peers: PeerBuffers, out: torch.Tensor, residual: to
     norm = residual is not None
     _lamport_all_reduce_kernel[(rows,)](
         x, residual if norm else x, weight if norm else x, out, new_residual if norm else out,
-        peers.pointers, peers.state, eps, hidden, rows, peers.rank, peers.slot_elements,
+        peers.pointers, peers.state, eps, hidden, rows, peers.rank, peers.slot_elements, peers.max_polls,
         x.stride(0), residual.stride(0) if norm else 0, out.stride(0), new_residual.stride(0) if norm else 0,
         WORLD=peers.world, BLOCK=block, NORM=norm, num_warps=min(16, max(4, block // 512)),
         **pdl_launch(x.device),

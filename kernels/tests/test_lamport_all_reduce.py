@@ -92,3 +92,14 @@ def test_fits_only_16_bit_rows_within_a_slot():
     assert not fits(torch.empty(4, 64, dtype=torch.float16), peers)  # more than a slot
     assert not fits(torch.empty(2, 64, dtype=torch.float32), peers)
     assert not fits(torch.empty(0, 64, dtype=torch.float16), peers)
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="a trap ends this process's CUDA context")
+def test_a_peer_that_never_writes_ends_the_wait():
+    """The wait for a gone peer is bounded: past ``max_polls`` the kernel gives up (a PTX trap on a
+    GPU; the interpreter, which has no inline assembly, raises at the same place) instead of
+    spinning forever."""
+    group = SimulatedGroup(2)
+    group.peers[0].max_polls = 8
+    with pytest.raises(Exception, match="inline_asm"):
+        lamport_all_reduce(randn(1, 16, dtype=torch.float16), group.peers[0])
