@@ -38,6 +38,9 @@ class ForwardContext:
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     backend: Any
     adapter_batch: Any = None  # what the adapter manager prepared for this step (per-token adapter slots)
+    # data-parallel attention with expert parallelism: every replica's token count this step, exchanged
+    # once a step for all the MoE layers' gathers
+    replica_tokens: Optional[list[int]] = None
 
 
 _context: Optional[ForwardContext] = None

@@ -82,14 +82,17 @@ def _gather_padded(part: torch.Tensor, sizes: list[int], group: Optional[dist.Pr
     return torch.cat([rows[:size] for rows, size in zip(parts, sizes)])
 
 
-def gather_replica_tokens(hidden: torch.Tensor) -> tuple[torch.Tensor, slice]:
-    """Every data-parallel replica's step tokens ``[n_r, H]`` joined in rank order on every rank,
-    and where this replica's rows sit in them (data-parallel attention with expert parallelism:
-    the replicas' batches differ in size, so counts travel first and rows go padded)."""
-    ranks, rank = dist.get_world_size(), dist.get_rank()
-    count = torch.tensor([hidden.shape[0]], dtype=torch.long, device=hidden.device)
-    counts = [torch.empty_like(count) for _ in range(ranks)]
+def replica_token_counts(num_tokens: int, device: torch.device) -> list[int]:
+    """Every data-parallel replica's token count this step, in rank order (one host wait)."""
+    count = torch.tensor([num_tokens], dtype=torch.long, device=device)
+    counts = [torch.empty_like(count) for _ in range(dist.get_world_size())]
     dist.all_gather(counts, count)
-    sizes = [int(c.item()) for c in counts]
-    start = sum(sizes[:rank])
-    return _gather_padded(hidden, sizes), slice(start, start + sizes[rank])
+    return [int(c) for c in torch.cat(counts).tolist()]
+
+
+def gather_replica_tokens(hidden: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, slice]:
+    """Every data-parallel replica's step tokens ``[sizes[r], H]`` joined in rank order on every
+    rank, and where this replica's rows sit in them (data-parallel attention with expert
+    parallelism: the replicas' batches differ in size, so rows go padded)."""
+    start = sum(sizes[:dist.get_rank()])
+    return _gather_padded(hidden, sizes), slice(start, start + hidden.shape[0])

@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fastllm.attention.metadata import get_forward_context
 from fastllm.distributed.expert_dispatch import all_gather_rows, dispatch_combine, gather_replica_tokens, token_share
 from fastllm.distributed.parallel_state import (all_reduce, ep_rank, ep_size, experts_over_replicas, tp_group,
                                                 tp_rank, tp_size, use_expert_all_to_all)
@@ -232,7 +233,7 @@ class FusedMoE(nn.Module):
     def _routed_over_replicas(self, hidden: torch.Tensor) -> torch.Tensor:
         """Data-parallel attention: every replica's tokens through this rank's experts, the parts
         summed over the replicas (one all-reduce), this replica's rows kept."""
-        tokens, mine = gather_replica_tokens(hidden)
+        tokens, mine = gather_replica_tokens(hidden, get_forward_context().replica_tokens)
         topk_weights, topk_ids = local_routes(*self.gate(tokens), self.expert_map)
         out = self._local_experts(tokens, topk_weights, topk_ids)
         dist.all_reduce(out)

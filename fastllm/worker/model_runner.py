@@ -13,7 +13,9 @@ import torch
 from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
-from fastllm.distributed.parallel_state import is_last_stage, logits_to_driver, pp_size, tp_size
+from fastllm.distributed.expert_dispatch import replica_token_counts
+from fastllm.distributed.parallel_state import (experts_over_replicas, is_last_stage, logits_to_driver, pp_size,
+                                                tp_size)
 from fastllm.layers.fused import use_kernels
 from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
@@ -231,7 +233,9 @@ class ModelRunner:
                        adapter_batch: Any = None) -> torch.Tensor:
         """``adapter_batch``: a captured graph's, in place of the step's."""
         adapter_batch = self.adapter_batch if adapter_batch is None else adapter_batch
-        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, adapter_batch)):
+        replica_tokens = replica_token_counts(input_ids.shape[0], self.device) if experts_over_replicas() else None
+        with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, adapter_batch,
+                                            replica_tokens)):
             if multimodal is not None:
                 return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)
