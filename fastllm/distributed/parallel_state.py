@@ -156,7 +156,7 @@ def all_reduce_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: tor
     """``(rms_norm(s + residual), s + residual)`` for ``s`` the sum of ``x`` over the tensor-parallel
     ranks, in one kernel where the fast all-reduce has one for ``x``; None: sum, then norm."""
     fast = _layout.fast_all_reduce
-    if tp_size() > 1 and fast is not None and fast.fuses_norm(x):
+    if tp_size() > 1 and fast is not None and fast.barrier_free_fits(x):
         return fast.add_rms_norm(x, residual, weight, eps)
     return None
 

@@ -75,8 +75,8 @@ class SymmetricAllReduce:
         return (nbytes <= self.max_bytes and nbytes % self.alignment == 0
                 and x.dtype in (torch.bfloat16, torch.float16, torch.float32))
 
-    def fuses_norm(self, x: torch.Tensor) -> bool:
-        """Whether ``add_rms_norm`` takes ``x``."""
+    def barrier_free_fits(self, x: torch.Tensor) -> bool:
+        """Whether the barrier-free kernel takes ``x`` (alone, or with ``add_rms_norm``)."""
         return self.peers is not None and self.lamport.fits(x, self.peers)
 
     def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -85,7 +85,7 @@ class SymmetricAllReduce:
         return self.lamport.lamport_all_reduce_add_rms_norm(x, residual, weight, eps, self.peers)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fuses_norm(x):
+        if self.barrier_free_fits(x):
             return self.lamport.lamport_all_reduce(x, self.peers)
         nbytes = x.numel() * x.element_size()
         staged = self.buffer[:nbytes].view(x.dtype)
