@@ -31,3 +31,27 @@ def gguf_tensors_read_once() -> Iterator[None]:
     patch.setattr(gguf_loader, "read_tensors", read_tensors)
     yield
     patch.undo()
+
+
+# The CPU platform's default KV budget (cpu_kv_cache_gib=2.0) is sized for serving: a 2-layer test
+# model gets 131,072 blocks, and zeroing them and building their pool cost seconds per engine.
+# Under test an engine that leaves cpu_kv_cache_gib unset gets this, still 11,000 SmolLM2 tokens
+# (more than its context); a test that sizes its cache itself keeps its own figure.
+TEST_CPU_KV_CACHE_GIB = 0.5
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_kv_cache_sized_for_tests() -> Iterator[None]:
+    from fastllm.platforms.cpu import CpuPlatform
+
+    serving_budget = CpuPlatform.kv_cache_budget
+
+    def kv_cache_budget(self, profile_peak, engine_config) -> int:
+        if "cpu_kv_cache_gib" in engine_config.model_fields_set:
+            return serving_budget(self, profile_peak, engine_config)
+        return int(TEST_CPU_KV_CACHE_GIB * 2**30)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(CpuPlatform, "kv_cache_budget", kv_cache_budget)
+    yield
+    patch.undo()
