@@ -42,24 +42,30 @@ def gguf_parsed_once() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="session")
-def hf_smollm2_tokenizer(smollm2_path):
-    """HF transformers' own conversion of the GGUF file's tokenizer."""
+@functools.lru_cache(maxsize=1)
+def hf_gguf_tokenizer(path: str):
+    """HF transformers' own conversion of a GGUF file's tokenizer (a function, not a fixture
+    dependency, so that suites importing ``hf_smollm2`` alone keep working)."""
     from transformers import AutoTokenizer
 
     with gguf_parsed_once():
-        return AutoTokenizer.from_pretrained(os.path.dirname(smollm2_path), gguf_file=os.path.basename(smollm2_path))
+        return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
 
 
 @pytest.fixture(scope="session")
-def hf_smollm2(smollm2_path, hf_smollm2_tokenizer):
+def hf_smollm2_tokenizer(smollm2_path):
+    return hf_gguf_tokenizer(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2_path):
     """HF transformers' own model on the same GGUF weights: the reference for greedy output."""
     from transformers import AutoModelForCausalLM
 
     folder, name = os.path.dirname(smollm2_path), os.path.basename(smollm2_path)
     with gguf_parsed_once():
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    return model, hf_smollm2_tokenizer
+    return model, hf_gguf_tokenizer(smollm2_path)
 
 
 @pytest.fixture(scope="session")
