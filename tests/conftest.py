@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+from typing import Iterator
 
 import pytest
 import torch
@@ -26,15 +29,43 @@ def smollm2_path() -> str:
     return embedded_model_path()
 
 
+@contextlib.contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """transformers parses a GGUF header (seconds in Python) for the config, again for the weights
+    and again for the tokenizer, and rebuilds gguf's tensor-name map for every module: within this
+    block each is built once. Both are pure functions of their arguments, so what loads is the same."""
+    import gguf
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader))
+        patch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map))
+        yield
+
+
+@functools.lru_cache(maxsize=1)
+def hf_gguf_tokenizer(path: str):
+    """HF transformers' own conversion of a GGUF file's tokenizer (a function, not a fixture
+    dependency, so that suites importing ``hf_smollm2`` alone keep working)."""
+    from transformers import AutoTokenizer
+
+    with gguf_parsed_once():
+        return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2_tokenizer(smollm2_path):
+    return hf_gguf_tokenizer(smollm2_path)
+
+
 @pytest.fixture(scope="session")
 def hf_smollm2(smollm2_path):
     """HF transformers' own model on the same GGUF weights: the reference for greedy output."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     folder, name = os.path.dirname(smollm2_path), os.path.basename(smollm2_path)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    return model, tokenizer
+    with gguf_parsed_once():
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    return model, hf_gguf_tokenizer(smollm2_path)
 
 
 @pytest.fixture(scope="session")

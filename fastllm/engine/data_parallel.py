@@ -154,27 +154,36 @@ class ReplicaGroup:
             update.update(enable_expert_parallel=False, async_scheduling=False, enforce_eager=True)
             init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         replica_config = config.model_copy(update=update)
-        threads = max(1, len(os.sched_getaffinity(0)) // size)
-        ctx = mp.get_context("spawn")
         self.replicas: list[Replica] = []
         self.closed = False
+        # the replicas are not daemons: one left running by a failed start would hang this
+        # interpreter's exit, so any failure from here on stops those already started
         try:
-            devices = platform.visible_devices(size * per_replica)
-            for index in range(size):
-                ours, theirs = ctx.Pipe()
-                # not a daemon, so that it may spawn tensor-parallel workers; it exits when told
-                # (the finalizer runs before multiprocessing joins children at exit) or at EOF
-                experts = ExpertGroup(index, size, init_method) if init_method else None
-                proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs, experts),
-                                   name=f"fastllm-dp-replica{index}")
-                with platform.only_devices(devices[index * per_replica:(index + 1) * per_replica]):
-                    proc.start()
-                theirs.close()
-                self.replicas.append(Replica(proc, ours))
-            facts = [self.receive(replica)[1] for replica in self.replicas]
+            self._start(replica_config, platform, size, per_replica, init_method)
+            self._adopt_facts([self.receive(replica)[1] for replica in self.replicas])
         except BaseException:
             self.shutdown()
             raise
+
+    def _start(self, replica_config: EngineConfig, platform: Any, size: int, per_replica: int,
+               init_method: Optional[str]) -> None:
+        threads = max(1, len(os.sched_getaffinity(0)) // size)
+        ctx = mp.get_context("spawn")
+        devices = platform.visible_devices(size * per_replica)
+        for index in range(size):
+            ours, theirs = ctx.Pipe()
+            # not a daemon, so that it may spawn tensor-parallel workers; it exits when told
+            # (the finalizer runs before multiprocessing joins children at exit) or at EOF
+            experts = ExpertGroup(index, size, init_method) if init_method else None
+            proc = ctx.Process(target=run_replica, args=(replica_config, threads, theirs, experts),
+                               name=f"fastllm-dp-replica{index}")
+            with platform.only_devices(devices[index * per_replica:(index + 1) * per_replica]):
+                proc.start()
+            theirs.close()
+            self.replicas.append(Replica(proc, ours))
+
+    def _adopt_facts(self, facts: list[tuple[int, torch.dtype, int]]) -> None:
+        """What every replica reported once built: (max_model_len, dtype, expert ranks)."""
         self.max_model_len = min(length for length, _, _ in facts)
         self.dtype = facts[0][1]
         self.expert_ranks = facts[0][2]  # over how many ranks each replica's MoE layers place experts
@@ -220,7 +229,7 @@ class DataParallelEngine:
         self.config = config
         self.platform = select_platform(config.platform)
         self.load_format, _, self.hf_config, self.tokenizer = load_model_files(config)
-        self.runner = ReplicaGroup(config, self.platform)
+        self.runner = ReplicaGroup(config, self.platform)  # stops its replicas if it fails to start
         self._finalizer = weakref.finalize(self, self.runner.shutdown)
         self.max_model_len, self.dtype = self.runner.max_model_len, self.runner.dtype
         self.replicas = self.runner.replicas

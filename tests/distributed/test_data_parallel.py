@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 
+import pytest
+
 from fastllm import LLM, SamplingParams
+from fastllm.engine.data_parallel import ReplicaGroup
 from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, TINY_PROMPTS, _generate
 
 PROMPTS = SMOL_PROMPTS + ["Once upon a time", "The three primary colors are"]
@@ -51,4 +54,21 @@ def test_dp2_replicas_of_tp2(tiny_llama_dir):
         assert [o.outputs.token_ids for o in _generate(llm, prompts, params)] == expected
     finally:
         llm.shutdown()
+    assert not multiprocessing.active_children()
+
+
+def test_failed_start_stops_the_started_replicas(tiny_llama_dir, monkeypatch):
+    """A failure after the replicas start (here: reading their facts) surfaces and leaves no
+    replica behind (a non-daemon one left running would hang the interpreter's exit)."""
+    started = []
+
+    def fail(group: ReplicaGroup, facts: list) -> None:
+        started.extend(replica.proc for replica in group.replicas)
+        assert len(facts) == 2 and all(proc.is_alive() for proc in started)
+        raise RuntimeError("facts unreadable")
+
+    monkeypatch.setattr(ReplicaGroup, "_adopt_facts", fail)
+    with pytest.raises(RuntimeError, match="facts unreadable"):
+        LLM(tiny_llama_dir, load_format="dummy", num_gpu_blocks_override=16, block_size=16, data_parallel_size=2)
+    assert len(started) == 2 and [proc.exitcode for proc in started] == [0, 0]  # told to stop, not killed
     assert not multiprocessing.active_children()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-from transformers import AutoTokenizer
 
 from fastllm.engine.detokenizer import StreamDetokenizer, WindowDetokenizer, new_detokenizer
 
@@ -14,10 +13,8 @@ TEXT = ("Plain words, then accents: héllo, naïve; CJK 漢字かな; emoji 😀
 
 
 @pytest.fixture(scope="module")
-def tokenizer(smollm2_path):
-    import os
-
-    return AutoTokenizer.from_pretrained(os.path.dirname(smollm2_path), gguf_file=os.path.basename(smollm2_path))
+def tokenizer(hf_smollm2_tokenizer):
+    return hf_smollm2_tokenizer
 
 
 def windowed(tokenizer, prompt, skip):
