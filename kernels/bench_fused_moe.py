@@ -29,8 +29,8 @@ from fastllm_quant.fp8 import quantize_fp8_experts
 from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, quantize_int4
 from fastllm_quant.nf4 import DEFAULT_BLOCK_SIZE, quantize_nf4
 from fastllm_kernels.fused_moe import (
-    ONE_PAIR_BLOCKS_SHARE, MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm,
-    moe_align_block_size, one_pair_blocks,
+    MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm,
+    moe_align_block_size, one_pair_a_block, one_pair_blocks,
 )
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
@@ -148,7 +148,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
-        one_pair = tokens * top_k * ONE_PAIR_BLOCKS_SHARE <= experts
+        one_pair = one_pair_a_block(tokens * top_k, experts)
         fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
         defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         sum_pairs = top_k if one_pair else 1  # one pair a block: the down GEMM sums a token's pairs

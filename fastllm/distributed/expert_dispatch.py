@@ -87,7 +87,7 @@ def replica_token_counts(num_tokens: int, device: torch.device) -> list[int]:
     count = torch.tensor([num_tokens], dtype=torch.long, device=device)
     counts = [torch.empty_like(count) for _ in range(dist.get_world_size())]
     dist.all_gather(counts, count)
-    return [int(c) for c in torch.cat(counts).tolist()]
+    return torch.cat(counts).tolist()
 
 
 def gather_replica_tokens(hidden: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, slice]:

@@ -149,8 +149,8 @@ class ReplicaGroup:
             if per_replica > 1:
                 raise ValueError("data_parallel_size with enable_expert_parallel runs replicas of one GPU "
                                  "(tensor_parallel_size=1, pipeline_parallel_size=1)")
-            # the experts live over the replicas; steps meet, so none runs ahead (no overlap) and a
-            # layer's gather of a variable token count reads sizes on the host (no graphs)
+            # the experts live over the replicas; steps meet, so none runs ahead (no overlap), and each
+            # step's token counts are read on the host for the MoE layers' gathers (no graphs)
             update.update(enable_expert_parallel=False, async_scheduling=False, enforce_eager=True)
             init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         replica_config = config.model_copy(update=update)

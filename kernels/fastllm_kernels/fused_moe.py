@@ -103,6 +103,11 @@ class ExpertBlocks:
         return self.expert_ids.shape[0]
 
 
+def one_pair_a_block(num_pairs: int, num_experts: int) -> bool:
+    """Whether ``num_pairs`` go one a block (``ONE_PAIR_BLOCKS_SHARE``) rather than grouped by expert."""
+    return num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts
+
+
 def one_pair_blocks(topk_ids: torch.Tensor) -> ExpertBlocks:
     """Block ``p`` holds pair ``p`` alone: no grouping launch. For a handful of pairs (batch-1
     decode), where experts rarely repeat, so hardly a weight byte is read twice."""
@@ -404,7 +409,7 @@ def fp8_activations_default(w13: torch.Tensor, num_pairs: int) -> bool:
     (batch-1 decode: a weight stream, where widening the weights costs more than quantizing the
     block's one row as a vector), unless ``FASTLLM_MOE_FP8_ACTIVATIONS=0``. Grouped blocks quantize
     whole tiles, and prefill is compute-bound: they keep the widening until measured."""
-    return (w13.dtype == torch.float8_e4m3fn and num_pairs * ONE_PAIR_BLOCKS_SHARE <= w13.shape[0]
+    return (w13.dtype == torch.float8_e4m3fn and one_pair_a_block(num_pairs, w13.shape[0])
             and fp8_tensor_cores(w13.device) and os.environ.get(FP8_ACTIVATIONS_ENV, "1") != "0")
 
 
@@ -437,7 +442,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     shared = {"book": book, "fp8_activations": fp8_activations}
     formats = {"w_zero": w13_zero, **shared}, {"w_zero": w2_zero, **shared}
     hidden = hidden.contiguous()
-    if num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts:
+    if one_pair_a_block(num_pairs, num_experts):
         blocks = one_pair_blocks(topk_ids)
     else:
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+from fastllm_kernels.rms_norm import as_rows
 
 PHASES = 3
 EMPTY_BITS = -32768  # -0.0 as a 16-bit float
@@ -144,13 +145,9 @@ def _launch(x: torch.Tensor, peers: PeerBuffers, out: torch.Tensor, residual: to
     )
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    return x.reshape(-1, x.shape[-1]).contiguous()
-
-
 def lamport_all_reduce(x: torch.Tensor, peers: PeerBuffers) -> torch.Tensor:
     """The sum of ``x`` over the group, in a new tensor."""
-    rows = _rows(x)
+    rows = as_rows(x)
     out = torch.empty_like(rows)
     _launch(rows, peers, out)
     return out.view(x.shape)
@@ -160,7 +157,7 @@ def lamport_all_reduce_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, wei
                                     peers: PeerBuffers) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(s + residual), s + residual)`` for ``s`` the sum of ``x`` over the group, the
     sum rounded to ``x.dtype`` first (as an all-reduce followed by the fused norm would)."""
-    rows, residual_rows = _rows(x), _rows(residual)
+    rows, residual_rows = as_rows(x), as_rows(residual)
     out, new_residual = torch.empty_like(rows), torch.empty_like(residual_rows)
     _launch(rows, peers, out, residual_rows, weight, new_residual, eps)
     return out.view(x.shape), new_residual.view(residual.shape)

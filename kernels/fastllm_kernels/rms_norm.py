@@ -49,7 +49,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     )
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
+def as_rows(x: torch.Tensor) -> torch.Tensor:
     """A 2-D view ``[rows, hidden]`` with a contiguous hidden dimension."""
     x = x.reshape(-1, x.shape[-1])
     return x if x.stride(-1) == 1 else x.contiguous()
@@ -57,7 +57,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``x / rms(x) * weight`` over the last dimension, output in ``x.dtype``."""
-    rows = _rows(x)
+    rows = as_rows(x)
     out = torch.empty_like(rows)
     if rows.shape[0]:
         _launch(rows, None, weight, eps, out, None)
@@ -67,7 +67,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(x + residual), x + residual)``; the sum is kept in ``residual.dtype``."""
-    rows, residual_rows = _rows(x), _rows(residual)
+    rows, residual_rows = as_rows(x), as_rows(residual)
     out = torch.empty_like(rows)
     new_residual = torch.empty_like(residual_rows)
     if rows.shape[0]:
