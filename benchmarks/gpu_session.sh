@@ -5,7 +5,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
 #   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moequant, moethroughput, multimodal, parallel, tpspeed,
-#   pair2, lamport2, tpoffline2, dpep2, ep2, big4, lanes4)
+#   pair2, lamport2, tpoffline2, tpprofile2, dpep2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -289,6 +289,19 @@ tpoffline2)  # two GPUs: Llama-3-8B offline, the issue's 1000 x (1024 in / 256 o
   TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
   TAIL=12 lane offline_tp2 150 $FASTLLM $TPUT -tp 2 --output-json "$OUT/offline_tp2.json"
   TAIL=12 lane offline_tp1 150 $FASTLLM $TPUT --output-json "$OUT/offline_tp1.json"
+  ;;
+tpprofile2)  # two GPUs: where an offline TP=2 step's time goes, against TP=1: rank 0's step timeline and every
+  # rank's traces of the steps WINDOWS names (FASTLLM_TORCH_PROFILER_*), summed up by trace_summary.py
+  OUT=$GATHERED
+  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
+  for TP in 2 1; do
+    FASTLLM_TORCH_PROFILER_DIR=/tmp/traces/tp$TP FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-60:2,400:2,900:2,1400:2} \
+      TAIL=14 lane timeline_tp$TP 170 $PY benchmarks/step_timeline.py tp$TP $GATHERED $TPUT -tp $TP \
+      --output-json "$OUT/offline_tp$TP.json"
+    $PY benchmarks/trace_summary.py /tmp/traces/tp$TP "$OUT/traces_tp$TP.json" | tee "$OUT/traces_tp$TP.txt"
+    cp $GATHERED/steps_tp$TP.csv "$FINAL/"; collect
+  done
+  tar czf "$FINAL/traces.tgz" -C /tmp traces
   ;;
 dpep2)  # two GPUs: Qwen3-30B-A3B offline with data-parallel attention over expert-parallel MoE (-dp 2) against
   # EP=2 and TP=2 (the all-reduce at every size), then batch 1 at -dp 2

@@ -61,6 +61,7 @@ class Worker:
         self.hidden: Optional[torch.Tensor] = None
 
     def forward(self, wire: Wire) -> None:
+        self.runner.profiler.step()
         input_ids, positions, meta, multimodal = decode_forward(wire, self.runner.device)
         self.hidden = self.runner.forward(broadcast_input_ids(input_ids), positions, meta, multimodal)
 

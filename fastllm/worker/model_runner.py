@@ -31,6 +31,7 @@ from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, 
                                         pack_inputs)
 from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.worker.pending_step import PendingStep, SampledRows, SequenceResult
+from fastllm.worker.step_profiler import StepProfiler
 from fastllm.worker.scheduler_output import SchedulerOutput
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class ModelRunner:
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.last_sampled: Optional[SampledTokens] = None
         self.queued: Optional[QueuedLogits] = None
+        self.profiler = StepProfiler(self.device)  # steps are counted by execute_model (or a worker's forward)
 
     # ---- KV cache -------------------------------------------------------------------------
     def kv_cache_dtype(self) -> torch.dtype:
@@ -195,6 +197,7 @@ class ModelRunner:
         the previous step, so the sampling rows (penalties, grammar masks) see its tokens
         while the device computes this step's logits.
         """
+        self.profiler.step()
         rows = self.input_batch.update(scheduler_output)
         inputs = pack_inputs(rows, self.block_size, self.device, self.last_sampled)
         if self.adapters is not None:

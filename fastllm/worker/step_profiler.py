@@ -1,0 +1,88 @@
+"""torch.profiler traces of chosen steps, on every rank that holds a runner.
+
+Where a multi-GPU step's time goes cannot be read off rank 0 alone: a worker that falls behind
+shows up on rank 0 only as longer collectives. With ``FASTLLM_TORCH_PROFILER_DIR`` set, every
+rank (rank 0 in the engine's process, tensor-parallel workers, data-parallel replicas) counts
+its steps and records the windows ``FASTLLM_TORCH_PROFILER_STEPS`` names ("first:count,...",
+default ``100:3``), each into ``DIR/{host}-{device}-step{first}.json.gz`` (a Chrome trace: CPU
+ops, device kernels, copies; one file a process, as each holds one device). Steps are counted from the first one after start-up
+(warm-up and graph capture excluded) the same way on every rank, so each window holds the same
+steps everywhere. The directory is the operator's, read from the environment, never a client's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any, Optional
+
+import torch
+
+logger = logging.getLogger("fastllm")
+
+DIR_ENV = "FASTLLM_TORCH_PROFILER_DIR"
+STEPS_ENV = "FASTLLM_TORCH_PROFILER_STEPS"
+DEFAULT_WINDOWS = "100:3"
+
+
+def parse_windows(spec: str) -> list[tuple[int, int]]:
+    """``"100:3,900:2"`` -> ``[(100, 3), (900, 2)]``: (first step, steps), ordered, not overlapping."""
+    windows = []
+    for part in filter(None, (piece.strip() for piece in spec.split(","))):
+        first, _, count = part.partition(":")
+        try:
+            window = (int(first), int(count or 1))
+        except ValueError:
+            raise ValueError(f"{STEPS_ENV}={spec!r}: expected first:count[,first:count...]") from None
+        if window[0] < 0 or window[1] < 1 or (windows and window[0] < sum(windows[-1])):
+            raise ValueError(f"{STEPS_ENV}={spec!r}: windows must start at 0 or later, hold a step "
+                             "and follow each other without overlap")
+        windows.append(window)
+    return windows
+
+
+class StepProfiler:
+    """``step()`` once before each step's work; records the configured windows of steps."""
+
+    def __init__(self, device: torch.device, directory: Optional[str] = None, windows: Optional[str] = None):
+        self.directory = directory if directory is not None else os.environ.get(DIR_ENV, "")
+        self.windows = parse_windows(windows or os.environ.get(STEPS_ENV, DEFAULT_WINDOWS)) if self.directory else []
+        self.device = device
+        self.steps = 0
+        self.active: Optional[Any] = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.windows) or self.active is not None
+
+    def step(self) -> None:
+        """Close a window that has seen its steps, then open one that starts at this step."""
+        if not self.enabled:
+            return
+        if self.active is not None and self.steps == sum(self.windows[0]):
+            self._stop()
+        if self.active is None and self.windows and self.steps == self.windows[0][0]:
+            self._start()
+        self.steps += 1
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self.active = profile(activities=activities)
+        self.active.__enter__()
+
+    def _stop(self) -> None:
+        first = self.windows.pop(0)[0]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        profile, self.active = self.active, None
+        profile.__exit__(None, None, None)
+        os.makedirs(self.directory, exist_ok=True)
+        name = f"{socket.gethostname()}-{self.device.type}{self.device.index or 0}-step{first}.json.gz"
+        path = os.path.join(self.directory, name)
+        profile.export_chrome_trace(path)
+        logger.info("profile of steps %d.. written to %s", first, path)
