@@ -4,7 +4,8 @@
 
 For every trace (one a process and window): the window's device span (first kernel start to
 last kernel end), the time some kernel ran (busy), the idle gaps (the longest ones and where
-the host was meanwhile), and kernel time by kind (GEMM, attention, all-reduce and other
+the host was meanwhile), the CUDA runtime calls the host spent most time in (a cudaFree or a
+synchronous copy stalls the host), and kernel time by kind (GEMM, attention, all-reduce and other
 collectives, MoE, the rest) with the ten costliest kernels. A rank whose device idles while
 its peer's collectives stretch is the one holding the step back.
 """
@@ -53,6 +54,10 @@ def summarize(path: Path) -> dict[str, Any]:
         entry[0] += 1
         entry[1] += e["dur"]
     host = [e for e in events if e.get("cat") in ("cpu_op", "python_function", "user_annotation") and "dur" in e]
+    runtime: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "dur" in e:
+            runtime[e["name"]] = runtime.get(e["name"], 0.0) + e["dur"]
     return {
         "trace": path.name,
         "span_ms": (end - start) / 1e3,
@@ -62,6 +67,7 @@ def summarize(path: Path) -> dict[str, Any]:
         "longest_gaps": [{"ms": gap / 1e3, "at_ms": (at - start) / 1e3, "host_ops": _host_at(host, at, at + gap)}
                          for gap, at in sorted(gaps, reverse=True)[:5]],
         "kernel_ms_by_kind": {kind: round(us / 1e3, 3) for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "host_runtime_ms": {name: round(us / 1e3, 3) for name, us in sorted(runtime.items(), key=lambda kv: -kv[1])[:6]},
         "top_kernels": [{"name": name, "calls": calls, "ms": round(us / 1e3, 3)}
                         for name, (calls, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:10]],
     }
@@ -85,7 +91,8 @@ def main(argv: list[str]) -> int:
             continue
         kinds = ", ".join(f"{kind} {ms:.1f}" for kind, ms in s["kernel_ms_by_kind"].items())
         print(f"{s['trace']}: span {s['span_ms']:.1f} ms, busy {s['busy_ms']:.1f}, idle {s['idle_ms']:.1f} "
-              f"({s['idle_gaps_over_50us']} gaps > 50 us); kernels ms: {kinds}")
+              f"({s['idle_gaps_over_50us']} gaps > 50 us); kernels ms: {kinds}; host runtime ms: "
+              + ", ".join(f"{name} {ms:.1f}" for name, ms in s["host_runtime_ms"].items()))
     return 0
 
 

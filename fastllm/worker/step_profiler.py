@@ -5,13 +5,15 @@ shows up on rank 0 only as longer collectives. With ``FASTLLM_TORCH_PROFILER_DIR
 rank (rank 0 in the engine's process, tensor-parallel workers, data-parallel replicas) counts
 its steps and records the windows ``FASTLLM_TORCH_PROFILER_STEPS`` names ("first:count,...",
 default ``100:3``), each into ``DIR/{host}-{device}-step{first}.json.gz`` (a Chrome trace: CPU
-ops, device kernels, copies; one file a process, as each holds one device). Steps are counted from the first one after start-up
-(warm-up and graph capture excluded) the same way on every rank, so each window holds the same
-steps everywhere. The directory is the operator's, read from the environment, never a client's.
+ops, device kernels, copies; one file a process, as each holds one device) beside the allocator's
+counters at its end (``.memory.json``: cudaMalloc / cudaFree calls and retries, which synchronize).
+Steps are counted from the first one after start-up (warm-up and graph capture excluded) the same
+way on every rank, so each window holds the same steps everywhere. The directory is the operator's, read from the environment, never a client's.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -24,6 +26,8 @@ logger = logging.getLogger("fastllm")
 DIR_ENV = "FASTLLM_TORCH_PROFILER_DIR"
 STEPS_ENV = "FASTLLM_TORCH_PROFILER_STEPS"
 DEFAULT_WINDOWS = "100:3"
+MEMORY_STATS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+                "reserved_bytes.all.current", "reserved_bytes.all.peak", "allocated_bytes.all.peak")
 
 
 def parse_windows(spec: str) -> list[tuple[int, int]]:
@@ -85,4 +89,9 @@ class StepProfiler:
         name = f"{socket.gethostname()}-{self.device.type}{self.device.index or 0}-step{first}.json.gz"
         path = os.path.join(self.directory, name)
         profile.export_chrome_trace(path)
+        if self.device.type == "cuda":  # allocator retries free cached blocks with a device-wide sync
+            stats = {key: value for key, value in torch.cuda.memory_stats(self.device).items()
+                     if key in MEMORY_STATS}
+            with open(path.replace(".json.gz", ".memory.json"), "w") as f:
+                json.dump(stats, f)
         logger.info("profile of steps %d.. written to %s", first, path)
