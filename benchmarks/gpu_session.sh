@@ -284,24 +284,21 @@ lamport2)  # two GPUs: the barrier-free all-reduce's GPU tests and latency by si
   [ "${AB:-1}" = 1 ] && TAIL=40 lane decode_tp2_barrier 100 env FASTLLM_LAMPORT_ALL_REDUCE=0 $PY $DECODE -tp 2 \
     --out "$OUT/decode_tp2_barrier.json"
   ;;
-tpoffline2)  # two GPUs: Llama-3-8B offline, the issue's 1000 x (1024 in / 256 out), TP=2 against TP=1
-  OUT=$GATHERED
-  TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
-  TAIL=12 lane offline_tp2 150 $FASTLLM $TPUT -tp 2 --output-json "$OUT/offline_tp2.json"
-  TAIL=12 lane offline_tp1 150 $FASTLLM $TPUT --output-json "$OUT/offline_tp1.json"
-  ;;
-tpprofile2)  # two GPUs: where an offline TP=2 step's time goes, against TP=1: rank 0's step timeline and every
-  # rank's traces of the steps WINDOWS names (FASTLLM_TORCH_PROFILER_*), summed up by trace_summary.py
+tpoffline2|tpprofile2)  # two GPUs: Llama-3-8B offline, the issue's 1000 x (1024 in / 256 out), TP=2 against TP=1,
+  # each from an empty Triton cache (no run finds what the other compiled) under rank 0's step timeline;
+  # tpprofile2 adds every rank's traces of the steps WINDOWS names (FASTLLM_TORCH_PROFILER_*), summed up by
+  # trace_summary.py. EXTRA: more engine flags for both runs, named by SUFFIX (e.g. _s512)
   OUT=$GATHERED
   TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
   for TP in 2 1; do
-    FASTLLM_TORCH_PROFILER_DIR=/tmp/traces/tp$TP FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-60:2,400:2,900:2,1400:2} \
-      TAIL=14 lane timeline_tp$TP 170 $PY benchmarks/step_timeline.py tp$TP $GATHERED $TPUT -tp $TP \
-      --output-json "$OUT/offline_tp$TP.json"
-    $PY benchmarks/trace_summary.py /tmp/traces/tp$TP "$OUT/traces_tp$TP.json" | tee "$OUT/traces_tp$TP.txt"
-    cp $GATHERED/steps_tp$TP.csv "$FINAL/"; collect
+    TAG=tp$TP${SUFFIX:-}; TRACES=""; [ $PHASE = tpprofile2 ] && TRACES=/tmp/traces/$TAG
+    TRITON_CACHE_DIR=/tmp/triton_$TAG FASTLLM_TORCH_PROFILER_DIR=$TRACES \
+      FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-60:2,400:2} TAIL=16 lane offline_$TAG 200 \
+      $PY benchmarks/step_timeline.py $TAG $GATHERED $TPUT -tp $TP ${EXTRA:-} --output-json "$OUT/offline_$TAG.json"
+    [ -n "$TRACES" ] && $PY benchmarks/trace_summary.py $TRACES "$OUT/traces_$TAG.json" | tee "$OUT/traces_$TAG.txt"
+    cp $GATHERED/steps_$TAG.csv "$FINAL/"; collect
   done
-  tar czf "$FINAL/traces.tgz" -C /tmp traces
+  [ $PHASE = tpprofile2 ] && tar czf "$FINAL/traces.tgz" -C /tmp traces
   ;;
 dpep2)  # two GPUs: Qwen3-30B-A3B offline with data-parallel attention over expert-parallel MoE (-dp 2) against
   # EP=2 and TP=2 (the all-reduce at every size), then batch 1 at -dp 2

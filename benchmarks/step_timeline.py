@@ -5,9 +5,10 @@ an ``LLMEngine`` (``bench throughput`` above all).
     python -P benchmarks/step_timeline.py TAG OUT_DIR bench throughput --model ... [args]
 
 writes OUT_DIR/steps_TAG.csv (one row per overlapped step) and prints a summary per kind of
-step (decode-only, or mixed with prefill chunks) and Python's garbage collections during the
-run, between its first and last step (count, total and longest pause per generation), to stderr. It patches the engine from outside,
-so one copy measures older commits too. A step whose host time exceeds its device interval
+step (decode-only, or mixed with prefill chunks), Python's garbage collections during the run,
+between its first and last step (count, total and longest pause per generation), and the Triton
+kernels compiled after the first step (a variant compiled mid-run stalls its step), to stderr.
+It patches the engine from outside, so one copy measures older commits too. A step whose host time exceeds its device interval
 left the device idle: a stall of the loop (a full garbage collection, a kernel compiled
 mid-run) rather than slow kernels.
 """
@@ -15,9 +16,11 @@ mid-run) rather than slow kernels.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
@@ -35,6 +38,8 @@ class StepTimeline:
         self.last_step_end = 0.0
         self.collecting_since = 0.0
         self.pauses: list[tuple[int, float, float]] = []  # generation, start, seconds
+        self.cache = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+        self.compiled_before: Optional[set[Path]] = None
 
     def install(self) -> None:
         wait, step = transfer.HostCopy.wait, llm_engine.LLMEngine.step
@@ -65,7 +70,13 @@ class StepTimeline:
             self.pauses.append((info["generation"], self.collecting_since,
                                 time.perf_counter() - self.collecting_since))
 
+    def compiled(self) -> set[Path]:
+        """Kernels in Triton's cache (each compiled variant leaves a NAME.json beside its binary)."""
+        return {path for path in self.cache.glob("*/*.json") if not path.name.startswith("__grp__")}
+
     def record(self, engine: Any, start: float, host: float) -> None:
+        if self.compiled_before is None:
+            self.compiled_before = self.compiled()
         self.preemptions = engine.scheduler.num_preemptions
         launched = engine.in_flight
         if launched is None or not torch.cuda.is_available():
@@ -100,6 +111,8 @@ class StepTimeline:
             print(f"{tag} {kind}: {n} steps, host {host:.2f} s + waiting {waited:.2f} s, device intervals "
                   f"{device:.2f} s ({1e3 * device / n:.1f} ms a step)", file=sys.stderr)
         print(f"{tag}: {self.preemptions} preemptions", file=sys.stderr)
+        late = sorted(path.stem for path in self.compiled() - (self.compiled_before or set()))
+        print(f"{tag}: {len(late)} Triton kernels compiled after the first step: {', '.join(late)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

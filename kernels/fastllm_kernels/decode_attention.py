@@ -38,7 +38,8 @@ _MAX_SPLITS = 64
 _MIN_TOKENS_PER_SPLIT = 256
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_table"],  # as the extend kernel: no variant compiled mid-run
+            do_not_specialize_on_alignment=["block_tables_ptr", "seq_lens_ptr"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
     out_ptr, split_out_ptr, split_lse_ptr, scale_log2e,

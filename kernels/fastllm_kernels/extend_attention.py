@@ -51,7 +51,10 @@ def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset,
     return m_new, l_i, acc
 
 
-@triton.jit
+# The step's metadata (block tables, lengths) are slices whose offsets and widths change from step
+# to step: specializing on their alignment or the table's stride would compile a variant mid-run.
+@triton.jit(do_not_specialize=["stride_table"],
+            do_not_specialize_on_alignment=["block_tables_ptr", "query_start_loc_ptr", "seq_lens_ptr"])
 def _extend_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, seq_lens_ptr,
     out_ptr, scale_log2e, stride_qt, stride_qh, stride_ot, stride_oh,

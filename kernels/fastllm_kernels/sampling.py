@@ -62,7 +62,7 @@ def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) 
     argmax = torch.empty((batch, num_slices), dtype=torch.int32, device=logits.device)
     _stats_kernel[(batch, num_slices)](logits, logits, logits, logits, stats, argmax, logits.stride(0), vocab,
                                        slice_len, _GREEDY_BELOW, BLOCK=_BLOCK, SCALED=False, num_warps=8)
-    _logsumexp_argmax_kernel[(batch,)](stats, argmax, lse, tokens, NUM_SLICES=num_slices,
+    _logsumexp_argmax_kernel[(batch,)](stats, argmax, lse, tokens, num_slices=num_slices,
                                        SLICES_PAD=triton.next_power_of_2(num_slices), num_warps=1)
     return lse, tokens
 
@@ -93,7 +93,7 @@ def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     buffer_z, buffer_token = empty((batch, _CAPACITY)), empty((batch, _CAPACITY), dtype=torch.int32)
     race, race_token = empty((batch, num_slices)), empty((batch, num_slices), dtype=torch.int32)
     grid = (batch, num_slices)
-    shared = dict(NUM_SLICES=num_slices, SLICES_PAD=triton.next_power_of_2(num_slices),
+    shared = dict(num_slices=num_slices, SLICES_PAD=triton.next_power_of_2(num_slices),
                   NUM_BINS=_NUM_BINS)
 
     _stats_kernel[grid](logits, *settings, stats, argmax, logits.stride(0), vocab, slice_len,

@@ -35,17 +35,17 @@ def _row_settings(temperature_ptr, top_k_ptr, top_p_ptr, row, greedy_below):
 
 
 @triton.jit
-def _row_stats(stats_ptr, argmax_ptr, row, NUM_SLICES: tl.constexpr, SLICES_PAD: tl.constexpr):
+def _row_stats(stats_ptr, argmax_ptr, row, num_slices, SLICES_PAD: tl.constexpr):
     """Combine the slices' stats: (z max, first argmax, softmax sum about the max,
     smallest finite z, number of finite tokens)."""
     slices = tl.arange(0, SLICES_PAD)
-    valid = slices < NUM_SLICES
-    base = stats_ptr + (row * NUM_SLICES + slices) * 4
+    valid = slices < num_slices
+    base = stats_ptr + (row * num_slices + slices) * 4
     z_max = tl.load(base, mask=valid, other=float("-inf"))
     total = tl.load(base + 1, mask=valid, other=0.0)
     z_min = tl.load(base + 2, mask=valid, other=float("inf"))
     finite = tl.load(base + 3, mask=valid, other=0.0)
-    arg = tl.load(argmax_ptr + row * NUM_SLICES + slices, mask=valid, other=0)
+    arg = tl.load(argmax_ptr + row * num_slices + slices, mask=valid, other=0)
     row_max = tl.max(z_max, 0)
     ref = tl.where(row_max == float("-inf"), 0.0, row_max)
     row_sum = tl.sum(total * tl.exp(z_max - ref), 0)
@@ -63,14 +63,14 @@ def _pivots(z_max, z_min, NUM_BINS: tl.constexpr):
 
 @triton.jit
 def _band(counts_ptr, masses_ptr, row, use_k, top_k, top_p, total, z_max, z_min,
-          NUM_SLICES: tl.constexpr, SLICES_PAD: tl.constexpr, NUM_BINS: tl.constexpr):
+          num_slices, SLICES_PAD: tl.constexpr, NUM_BINS: tl.constexpr):
     """The band ``[lower, upper)`` that holds the cut, and per bound the count and mass of
     the tokens at or above it (``upper`` is +inf, with 0 and 0, when top-k is on: top-p may
     then cut anywhere inside the top-k set). Also the bins of both bounds."""
     slices = tl.arange(0, SLICES_PAD)
     bins = tl.arange(0, NUM_BINS)
-    offs = (row * NUM_SLICES + slices)[:, None] * NUM_BINS + bins[None, :]
-    valid = (slices < NUM_SLICES)[:, None]
+    offs = (row * num_slices + slices)[:, None] * NUM_BINS + bins[None, :]
+    valid = (slices < num_slices)[:, None]
     counts = tl.sum(tl.load(counts_ptr + offs, mask=valid, other=0), 0)
     masses = tl.sum(tl.load(masses_ptr + offs, mask=valid, other=0.0), 0)
     short = tl.where(use_k, counts < top_k, masses < top_p * total)
@@ -225,11 +225,11 @@ def _stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, 
 
 
 @triton.jit
-def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, NUM_SLICES: tl.constexpr,
+def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, num_slices,
                              SLICES_PAD: tl.constexpr):
     """Per row, from the slices' stats: log-sum-exp (-inf for a row of -inf) and first argmax."""
     row = tl.program_id(0)
-    row_max, row_arg, row_sum, _, _ = _row_stats(stats_ptr, argmax_ptr, row, NUM_SLICES, SLICES_PAD)
+    row_max, row_arg, row_sum, _, _ = _row_stats(stats_ptr, argmax_ptr, row, num_slices, SLICES_PAD)
     tl.store(lse_ptr + row, tl.where(row_sum > 0, row_max + tl.log(row_sum), float("-inf")))
     tl.store(tokens_ptr + row, tl.where(row_sum > 0, row_arg, 0).to(tl.int64))
 
@@ -237,18 +237,18 @@ def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, NUM_SLI
 @triton.jit
 def _histogram_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, argmax_ptr,
                       counts_ptr, masses_ptr, stride_row, vocab, slice_len, greedy_below,
-                      NUM_SLICES: tl.constexpr, SLICES_PAD: tl.constexpr,
+                      num_slices, SLICES_PAD: tl.constexpr,
                       NUM_BINS: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     sampled, inv_t, top_k, top_p = _row_settings(temperature_ptr, top_k_ptr, top_p_ptr, row,
                                                  greedy_below)
-    z_max, _, _, z_min, num_finite = _row_stats(stats_ptr, argmax_ptr, row, NUM_SLICES, SLICES_PAD)
+    z_max, _, _, z_min, num_finite = _row_stats(stats_ptr, argmax_ptr, row, num_slices, SLICES_PAD)
     if sampled & (((top_k > 0) & (top_k < num_finite)) | (top_p < 1.0)):
         start = tl.program_id(1) * slice_len
         row_ptr = logits_ptr + row.to(tl.int64) * stride_row + start
         count, mass = _count_and_mass(row_ptr, tl.minimum(slice_len, vocab - start), inv_t, z_max,
                                       _pivots(z_max, z_min, NUM_BINS), BLOCK, NUM_BINS)
-        part = (row * NUM_SLICES + tl.program_id(1)) * NUM_BINS + tl.arange(0, NUM_BINS)
+        part = (row * num_slices + tl.program_id(1)) * NUM_BINS + tl.arange(0, NUM_BINS)
         tl.store(counts_ptr + part, count)
         tl.store(masses_ptr + part, mass)
 
@@ -258,14 +258,14 @@ def _compact_or_race_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, s
                             offsets_ptr, stats_ptr, argmax_ptr, counts_ptr, masses_ptr,
                             buffer_z_ptr, buffer_token_ptr, race_ptr, race_token_ptr,
                             stride_row, vocab, slice_len, greedy_below,
-                            NUM_SLICES: tl.constexpr, SLICES_PAD: tl.constexpr,
+                            num_slices, SLICES_PAD: tl.constexpr,
                             NUM_BINS: tl.constexpr, CAPACITY: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     this = tl.program_id(1)
     sampled, inv_t, top_k, top_p = _row_settings(temperature_ptr, top_k_ptr, top_p_ptr, row,
                                                  greedy_below)
     if sampled:
-        z_max, _, total, z_min, num_finite = _row_stats(stats_ptr, argmax_ptr, row, NUM_SLICES,
+        z_max, _, total, z_min, num_finite = _row_stats(stats_ptr, argmax_ptr, row, num_slices,
                                                         SLICES_PAD)
         use_k = (top_k > 0) & (top_k < num_finite)
         filtered = use_k | (top_p < 1.0)
@@ -274,15 +274,15 @@ def _compact_or_race_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, s
         row_ptr = logits_ptr + row.to(tl.int64) * stride_row + start
         lower, upper, count_lower, count_upper, _, _, lower_bin, upper_bin = _band(
             counts_ptr, masses_ptr, row, use_k, top_k, top_p, total, z_max, z_min,
-            NUM_SLICES, SLICES_PAD, NUM_BINS)
+            num_slices, SLICES_PAD, NUM_BINS)
         upper = tl.where(filtered, upper, z_min)
         score, token = _race(row_ptr, row_ptr, start, length, inv_t, upper, float("inf"),
                              tl.load(seeds_ptr + row), tl.load(offsets_ptr + row), BLOCK, False)
-        tl.store(race_ptr + row * NUM_SLICES + this, score)
-        tl.store(race_token_ptr + row * NUM_SLICES + this, token)
+        tl.store(race_ptr + row * num_slices + this, score)
+        tl.store(race_token_ptr + row * num_slices + this, token)
         if filtered & (count_lower - count_upper <= CAPACITY):
             slices = tl.arange(0, SLICES_PAD)
-            previous = (row * NUM_SLICES + slices) * NUM_BINS
+            previous = (row * num_slices + slices) * NUM_BINS
             earlier = slices < this
             # upper_bin broadcast first: the interpreter mishandles `tensor & scalar` masks.
             has_upper = (slices * 0 + upper_bin) < NUM_BINS
@@ -303,19 +303,19 @@ def _compact_or_race_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, s
 def _finish_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seeds_ptr, offsets_ptr,
                    stats_ptr, argmax_ptr, counts_ptr, masses_ptr, buffer_z_ptr, buffer_token_ptr,
                    race_ptr, race_token_ptr, out_ptr, stride_row, vocab, greedy_below,
-                   NUM_SLICES: tl.constexpr, SLICES_PAD: tl.constexpr, NUM_BINS: tl.constexpr,
+                   num_slices, SLICES_PAD: tl.constexpr, NUM_BINS: tl.constexpr,
                    CAPACITY: tl.constexpr, NUM_PIVOTS: tl.constexpr, MAX_PASSES: tl.constexpr,
                    BLOCK: tl.constexpr):
     row = tl.program_id(0)
     sampled, inv_t, top_k, top_p = _row_settings(temperature_ptr, top_k_ptr, top_p_ptr, row,
                                                  greedy_below)
-    z_max, token, total, z_min, num_finite = _row_stats(stats_ptr, argmax_ptr, row, NUM_SLICES,
+    z_max, token, total, z_min, num_finite = _row_stats(stats_ptr, argmax_ptr, row, num_slices,
                                                         SLICES_PAD)
     if sampled:
         slices = tl.arange(0, SLICES_PAD)
-        scores = tl.load(race_ptr + row * NUM_SLICES + slices, mask=slices < NUM_SLICES,
+        scores = tl.load(race_ptr + row * num_slices + slices, mask=slices < num_slices,
                          other=float("-inf"))
-        tokens = tl.load(race_token_ptr + row * NUM_SLICES + slices, mask=slices < NUM_SLICES,
+        tokens = tl.load(race_token_ptr + row * num_slices + slices, mask=slices < num_slices,
                          other=0)
         best_score = tl.max(scores, 0)
         token = tl.where(best_score > float("-inf"),
@@ -326,7 +326,7 @@ def _finish_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seeds_ptr,
             offset = tl.load(offsets_ptr + row)
             lower, upper, count_lower, count_upper, mass_lower, mass_upper, lower_bin, upper_bin = (
                 _band(counts_ptr, masses_ptr, row, use_k, top_k, top_p, total, z_max, z_min,
-                      NUM_SLICES, SLICES_PAD, NUM_BINS))
+                      num_slices, SLICES_PAD, NUM_BINS))
             band = count_lower - count_upper
             if band <= CAPACITY:
                 z_ptr = buffer_z_ptr + row * CAPACITY
