@@ -23,6 +23,7 @@ from fastllm_kernels.sampling_kernels import (_compact_or_race_kernel, _finish_k
                                               _logsumexp_argmax_kernel, _stats_kernel)
 
 _BLOCK = 1024
+_MIN_SLICE_TOKENS = 4096
 _HISTOGRAM_BLOCK = 512  # its per-lane tallies are [block, 16] in registers
 _NUM_BINS = 16
 _NUM_PIVOTS = 8
@@ -36,7 +37,7 @@ def _default_num_slices(logits: torch.Tensor) -> int:
     batch, vocab = logits.shape
     device = logits.device
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count if logits.is_cuda else 4
-    return max(1, min(triton.cdiv(8 * num_sms, batch), triton.cdiv(vocab, 4096)))
+    return max(1, min(triton.cdiv(8 * num_sms, batch), triton.cdiv(vocab, _MIN_SLICE_TOKENS)))
 
 
 def _slices(logits: torch.Tensor, num_slices: Optional[int]) -> tuple[int, int]:
@@ -44,6 +45,12 @@ def _slices(logits: torch.Tensor, num_slices: Optional[int]) -> tuple[int, int]:
     num_slices = num_slices or _default_num_slices(logits)
     slice_len = triton.cdiv(triton.cdiv(logits.shape[1], num_slices), _BLOCK) * _BLOCK
     return triton.cdiv(logits.shape[1], slice_len), slice_len
+
+
+def _slices_pad(logits: torch.Tensor, num_slices: int) -> int:
+    """The constexpr pad of the slice count: set by the vocabulary, not the batch, so that no
+    batch size compiles a variant of its own mid-run."""
+    return triton.next_power_of_2(max(num_slices, triton.cdiv(logits.shape[1], _MIN_SLICE_TOKENS)))
 
 
 def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,7 +70,7 @@ def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) 
     _stats_kernel[(batch, num_slices)](logits, logits, logits, logits, stats, argmax, logits.stride(0), vocab,
                                        slice_len, _GREEDY_BELOW, BLOCK=_BLOCK, SCALED=False, num_warps=8)
     _logsumexp_argmax_kernel[(batch,)](stats, argmax, lse, tokens, num_slices=num_slices,
-                                       SLICES_PAD=triton.next_power_of_2(num_slices), num_warps=1)
+                                       SLICES_PAD=_slices_pad(logits, num_slices), num_warps=1)
     return lse, tokens
 
 
@@ -93,7 +100,7 @@ def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     buffer_z, buffer_token = empty((batch, _CAPACITY)), empty((batch, _CAPACITY), dtype=torch.int32)
     race, race_token = empty((batch, num_slices)), empty((batch, num_slices), dtype=torch.int32)
     grid = (batch, num_slices)
-    shared = dict(num_slices=num_slices, SLICES_PAD=triton.next_power_of_2(num_slices),
+    shared = dict(num_slices=num_slices, SLICES_PAD=_slices_pad(logits, num_slices),
                   NUM_BINS=_NUM_BINS)
 
     _stats_kernel[grid](logits, *settings, stats, argmax, logits.stride(0), vocab, slice_len,

@@ -224,7 +224,7 @@ def _stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, 
     tl.store(argmax_ptr + part, tl.min(tl.where(lane_max == z_max, lane_arg, 2147483647), 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_slices"])  # one variant whatever the batch
 def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, num_slices,
                              SLICES_PAD: tl.constexpr):
     """Per row, from the slices' stats: log-sum-exp (-inf for a row of -inf) and first argmax."""
@@ -234,7 +234,7 @@ def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, num_sli
     tl.store(tokens_ptr + row, tl.where(row_sum > 0, row_arg, 0).to(tl.int64))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_slices"])  # one variant whatever the batch
 def _histogram_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, argmax_ptr,
                       counts_ptr, masses_ptr, stride_row, vocab, slice_len, greedy_below,
                       num_slices, SLICES_PAD: tl.constexpr,
@@ -253,7 +253,7 @@ def _histogram_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_p
         tl.store(masses_ptr + part, mass)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_slices"])  # one variant whatever the batch
 def _compact_or_race_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seeds_ptr,
                             offsets_ptr, stats_ptr, argmax_ptr, counts_ptr, masses_ptr,
                             buffer_z_ptr, buffer_token_ptr, race_ptr, race_token_ptr,
@@ -299,7 +299,7 @@ def _compact_or_race_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, s
                 position += tl.sum(keep.to(tl.int32), 0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_slices"])  # one variant whatever the batch
 def _finish_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seeds_ptr, offsets_ptr,
                    stats_ptr, argmax_ptr, counts_ptr, masses_ptr, buffer_z_ptr, buffer_token_ptr,
                    race_ptr, race_token_ptr, out_ptr, stride_row, vocab, greedy_below,
