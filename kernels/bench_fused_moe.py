@@ -9,8 +9,16 @@ products, the torch loop's time (``do_bench``; it syncs, so no graph) and the re
 the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
 candidate tiles and prints the fastest per shape. ``--experts fp8|int4|nf4``: the experts
 quantized by the quant plugin, the loop dequantizing them; ``--fp8-activations off``: fp8 experts
-widened at every size (auto: e4m3 activations at decode, ``fp8_activations_default``). Not a
-test: nothing here asserts.
+widened at every size (auto: e4m3 activations at decode, ``fp8_activations_default``).
+
+``--cold`` times the one-pair-a-block (decode) GEMMs as a model runs them: each graph replay walks
+``--layers`` layers, each with its own random top-k experts from one of ``--weight-sets`` distinct
+sets of every expert's weights (many times L2's size), so no layer finds its experts in L2; the
+``--sweep`` above repeats one set and one routing, so it times L2-hot GEMMs. Per variant of the
+decode tiles (``COLD_VARIANTS``): gate/up alone, down (with the k-pair sum) alone and the whole
+layer (``fused_experts``), in us a layer and GB/s of the routed experts' bytes, and the layer's
+error against the float32 torch loop; one ``L2-hot`` row repeats the default on one layer.
+``--experts`` takes several formats here (``model fp8``). Not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+from dataclasses import replace
 
 import torch
 import triton
@@ -141,8 +150,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
     """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
     w13, w2, formats = expert_weights(name, dtype, experts_format)
-    gate_up_format = {key.replace("w13_", "w_"): value for key, value in formats.items() if "w2_" not in key}
-    down_format = {key.replace("w2_", "w_"): value for key, value in formats.items() if "w13_" not in key}
+    gate_up_format, down_format = split_formats(formats)
     rows = []
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
@@ -174,14 +182,136 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
     return rows
 
 
+COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of default_tilings
+    "default": ({}, {}),
+    "gate/up 16 columns": ({"block_n": 16}, {}),
+    "gate/up 4 stages": ({"num_stages": 4}, {}),
+    "gate/up K/2, 5 stages": ({"k_scale": 0.5, "num_stages": 5}, {}),
+    "gate/up 8 warps": ({"num_warps": 8}, {}),
+    "gate/up prefetches down": ({"prefetch": True}, {}),
+    "down prefetch": ({}, {"prefetch": True}),
+    "down K/2, 4 stages": ({}, {"k_scale": 0.5, "num_stages": 4}),
+    "down 2 pairs a program": ({}, {"pair_group": 2}),
+    "down 4 pairs a program": ({}, {"pair_group": 4}),
+    "down k pairs a program": ({}, {"pair_group": "k"}),
+    "down k pairs, 32 columns, K/2, 4 stages": ({}, {"pair_group": "k", "block_n": 32, "k_scale": 0.5,
+                                                    "num_stages": 4}),
+    "both prefetch": ({"prefetch": True}, {"prefetch": True}),
+    "both prefetch, down 2 pairs": ({"prefetch": True}, {"prefetch": True, "pair_group": 2}),
+}
+"""Each names tile fields to change (``k_scale`` multiplies block_k; pair_group ``k``: all a token's)."""
+
+
+def adjusted(tiling: MoeTiling, changes: dict, top_k: int) -> MoeTiling:
+    changes = dict(changes)
+    if "k_scale" in changes:
+        changes["block_k"] = int(tiling.block_k * changes.pop("k_scale"))
+    if changes.get("pair_group") == "k":
+        changes["pair_group"] = top_k
+    return replace(tiling, **changes)
+
+
+def split_formats(formats: dict) -> tuple[dict, dict]:
+    """``grouped_gemm``'s format keywords of gate/up and of down from ``fused_experts``' ones."""
+    return ({key.replace("w13_", "w_"): value for key, value in formats.items() if "w2_" not in key},
+            {key.replace("w2_", "w_"): value for key, value in formats.items() if "w13_" not in key})
+
+
+def routed_bytes(ids: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None) -> int:
+    """Bytes of the experts ``ids`` picks (each once) in ``w`` and its per-channel ``scale``."""
+    per_expert = w[0].numel() * w.element_size() + (0 if scale is None else scale[0].numel() * scale.element_size())
+    return ids.unique().numel() * per_expert
+
+
+def cold_sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int], sets: int,
+               layers: int, variants: list[str], fp8_activations: bool | None, copy_gbs: float, rows: list[dict],
+               csv_path: str | None) -> None:
+    """``COLD_VARIANTS`` over ``layers`` layers a replay from ``sets`` distinct expert sets (module doc)."""
+    hidden, inner, experts, top_k = MODELS[name]
+    stacks = [expert_weights(name, dtype, experts_format) for _ in range(sets)]
+    for tokens in token_counts:
+        if not one_pair_a_block(tokens * top_k, experts):
+            print(f"{name}: {tokens} tokens are not one pair a block; skipped", flush=True)
+            continue
+        x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+        act = torch.randn(tokens * top_k, inner, device="cuda", dtype=dtype) / inner ** 0.5
+        down_out = torch.empty_like(x)
+        routes = [routed(tokens, experts, top_k, "cuda") for _ in range(layers)]
+        fp8_act = fp8_activations_default(stacks[0][0], tokens * top_k) if fp8_activations is None else False
+        defaults = default_tilings(tokens * top_k, experts, x.element_size(), stacks[0][0].element_size())
+        gate_up_bytes = sum(routed_bytes(ids, stacks[i % sets][0], stacks[i % sets][2].get("w13_scale"))
+                            for i, (_, ids) in enumerate(routes)) / layers
+        down_bytes = sum(routed_bytes(ids, stacks[i % sets][1], stacks[i % sets][2].get("w2_scale"))
+                         for i, (_, ids) in enumerate(routes)) / layers
+        w13, w2, formats = stacks[0]
+        plain = not formats
+        topk_weights, topk_ids = routes[0]
+        ref = fused_experts_reference(x.float(), w13.float() if plain else w13, w2.float() if plain else w2,
+                                      topk_weights, topk_ids, "silu", **formats)
+        for variant in ["L2-hot", *variants]:
+            gate_up, down = (adjusted(tile, changes, top_k)
+                             for tile, changes in zip(defaults, COLD_VARIANTS.get(variant, ({}, {}))))
+            layer_of = (lambda i: 0) if variant == "L2-hot" else (lambda i: i)
+
+            def run_gate_up(i):
+                w13, w2, formats = stacks[layer_of(i) % sets]
+                grouped_gemm(x, w13, act, one_pair_blocks(routes[layer_of(i)][1]), gate_up, top_k, gated=True,
+                             fp8_activations=fp8_act, prefetch=w2 if gate_up.prefetch else None,
+                             **split_formats(formats)[0])
+
+            def run_down(i):
+                w13, w2, formats = stacks[layer_of(i) % sets]
+                topk_weights, topk_ids = routes[layer_of(i)]
+                grouped_gemm(act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
+                             sum_pairs=top_k, fp8_activations=fp8_act, prefetch=w2 if down.prefetch else None,
+                             **split_formats(formats)[1])
+
+            def run_layer(i):
+                w13, w2, formats = stacks[layer_of(i) % sets]
+                topk_weights, topk_ids = routes[layer_of(i)]
+                return fused_experts(x, w13, w2, topk_weights, topk_ids, tilings=(gate_up, down),
+                                     fp8_activations=fp8_act, **formats)
+
+            try:
+                out = run_layer(0)
+                us = {part: graph_time(lambda: [run(i) for i in range(layers)]) * 1e3 / layers
+                      for part, run in (("gate/up", run_gate_up), ("down", run_down), ("layer", run_layer))}
+            except Exception as error:  # tiles that do not fit shared memory or registers
+                print(f"skip {variant} {gate_up} {down}: {type(error).__name__}: {error}", flush=True)
+                continue
+            rows.append({"model": name, "experts": str(dtype).split(".")[-1] if plain else experts_format,
+                         "fp8 activations": fp8_act, "tokens": tokens, "variant": variant,
+                         "gate/up us": round(us["gate/up"], 2), "gate/up GB/s": round(gate_up_bytes / us["gate/up"] / 1e3),
+                         "down us": round(us["down"], 2), "down GB/s": round(down_bytes / us["down"] / 1e3),
+                         "layer us": round(us["layer"], 2),
+                         "layer GB/s": round((gate_up_bytes + down_bytes) / us["layer"] / 1e3),
+                         "% copy bw": round(100 * (gate_up_bytes + down_bytes) / us["layer"] / 1e3 / copy_gbs, 1),
+                         "rel err": f"{((out.float() - ref).norm() / ref.norm()).item():.1e}",
+                         "gate/up tile": gate_up, "down tile": down})
+            print({key: value for key, value in rows[-1].items() if "tile" not in key}, flush=True)
+            write_csv(rows, csv_path)  # every row as it comes: a call cut short keeps what ran
+
+
+def write_csv(rows: list[dict], path: str | None) -> None:
+    if path and rows:
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--tokens", type=int, nargs="*", help=f"default {TOKENS}; sweep: {SWEEP_TOKENS}")
     parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], default="model",
-                        help="the experts in --dtype, or quantized as the quant plugin does")
+    parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], nargs="+", default=["model"],
+                        help="the experts in --dtype, or quantized as the quant plugin does (several: --cold only)")
+    parser.add_argument("--cold", action="store_true", help="decode GEMMs over distinct layers (module doc)")
+    parser.add_argument("--weight-sets", type=int, default=8, help="--cold: distinct expert sets")
+    parser.add_argument("--layers", type=int, default=16, help="--cold: layers a graph replay")
+    parser.add_argument("--variants", nargs="*", default=list(COLD_VARIANTS), help="--cold: of COLD_VARIANTS")
     parser.add_argument("--fp8-activations", choices=["auto", "off"], default="auto",
                         help="fp8 experts: e4m3 activations where fused_experts picks them, or widened weights")
     parser.add_argument("--csv")
@@ -189,19 +319,24 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     fp8_activations = None if args.fp8_activations == "auto" else False
+    if not args.cold and len(args.experts) > 1:
+        parser.error("several --experts formats only with --cold")
     if args.sweep:
-        rows = [row for name in args.models for row in sweep(name, dtype, args.experts, args.tokens or SWEEP_TOKENS,
-                                                              fp8_activations)]
+        rows = [row for name in args.models for row in sweep(name, dtype, args.experts[0],
+                                                              args.tokens or SWEEP_TOKENS, fp8_activations)]
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
+        if args.cold:
+            rows = []
+            for name, experts_format in itertools.product(args.models, args.experts):
+                cold_sweep(name, dtype, experts_format, args.tokens or [1], args.weight_sets, args.layers,
+                           args.variants, fp8_activations, copy_gbs, rows, args.csv)
+                torch.cuda.empty_cache()
+            return
         rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
-                                                                    args.experts, fp8_activations)]
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+                                                                    args.experts[0], fp8_activations)]
+    write_csv(rows, args.csv)
 
 
 if __name__ == "__main__":
