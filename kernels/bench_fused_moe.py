@@ -73,13 +73,13 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / ms / 1e6
 
 
-def graph_time(fn) -> float:
-    """Median ms of CUDA-graph replays, or of plain launches where the capture fails."""
+def graph_time(fn, rep: int = 100) -> float:
+    """Median ms of CUDA-graph replays (about ``rep`` ms of them), or of plain launches where the capture fails."""
     try:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     except RuntimeError as error:
         print(f"no graph ({error}); timing launches", flush=True)
-        return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
+        return triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median")
 
 
 def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -184,20 +184,20 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
 
 COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of default_tilings
     "default": ({}, {}),
+    "3 stages (session 5's default)": ({"num_stages": 3}, {"num_stages": 3}),
+    "gate/up 5 stages": ({"num_stages": 5}, {}),
     "gate/up 16 columns": ({"block_n": 16}, {}),
-    "gate/up 4 stages": ({"num_stages": 4}, {}),
-    "gate/up K/2, 5 stages": ({"k_scale": 0.5, "num_stages": 5}, {}),
+    "gate/up K/2, 8 stages": ({"k_scale": 0.5, "num_stages": 8}, {}),
     "gate/up 8 warps": ({"num_warps": 8}, {}),
     "gate/up prefetches down": ({"prefetch": True}, {}),
     "down prefetch": ({}, {"prefetch": True}),
-    "down K/2, 4 stages": ({}, {"k_scale": 0.5, "num_stages": 4}),
+    "down K/2, 6 stages": ({}, {"k_scale": 0.5, "num_stages": 6}),
     "down 2 pairs a program": ({}, {"pair_group": 2}),
     "down 4 pairs a program": ({}, {"pair_group": 4}),
     "down k pairs a program": ({}, {"pair_group": "k"}),
-    "down k pairs, 32 columns, K/2, 4 stages": ({}, {"pair_group": "k", "block_n": 32, "k_scale": 0.5,
-                                                    "num_stages": 4}),
+    "down k pairs, 32 columns": ({}, {"pair_group": "k", "block_n": 32}),
+    "down prefetch, 2 pairs a program": ({}, {"prefetch": True, "pair_group": 2}),
     "both prefetch": ({"prefetch": True}, {"prefetch": True}),
-    "both prefetch, down 2 pairs": ({"prefetch": True}, {"prefetch": True, "pair_group": 2}),
 }
 """Each names tile fields to change (``k_scale`` multiplies block_k; pair_group ``k``: all a token's)."""
 
@@ -274,7 +274,7 @@ def cold_sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts:
 
             try:
                 out = run_layer(0)
-                us = {part: graph_time(lambda: [run(i) for i in range(layers)]) * 1e3 / layers
+                us = {part: graph_time(lambda: [run(i) for i in range(layers)], rep=10) * 1e3 / layers
                       for part, run in (("gate/up", run_gate_up), ("down", run_down), ("layer", run_layer))}
             except Exception as error:  # tiles that do not fit shared memory or registers
                 print(f"skip {variant} {gate_up} {down}: {type(error).__name__}: {error}", flush=True)

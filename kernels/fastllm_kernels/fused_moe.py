@@ -67,15 +67,28 @@ class MoeTiling:
     prefetch: bool = False
 
 
+ONE_PAIR_TILES = MoeTiling(16, 32, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
+"""(gate/up, down) at one pair a block (batch-1 decode), in 2-byte K steps (``default_tilings``
+scales them). Each program streams its expert's tile from HBM (a decode step's experts are not in
+L2) in a short K loop: gate/up 16 steps of 16 KB at Qwen3-30B-A3B (8 in e4m3), down 6 (3), with
+``num_stages - 1`` of them in flight, so the loop waits out the memory latency once every
+``num_stages - 1`` steps. Deeper than grouped tiles, but at most ~64 KB of shared memory a
+program: ERNIE-4.5-21B-A3B's gate/up has 288 programs, which must fit the 132 SMs in one wave.
+The place to change the decode tiles (``bench_fused_moe.py --cold`` sweeps the alternatives)."""
+
+
 def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
                     weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
     """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
-    ``bench_fused_moe.py`` (bf16). A few (decode): the product is a weight stream, so thin tiles
-    give many programs. Many (prefill): wide tensor-core tiles, grouped along M so an expert's
-    weight tile serves its row blocks from L2. float32 halves the K step (shared memory); one-byte
-    (fp8) weights double it in decode tiles, keeping the bytes a step loads (not swept)."""
+    ``bench_fused_moe.py`` (bf16). One pair a block: ``ONE_PAIR_TILES``. A few (small batches):
+    the product is a weight stream, so thin tiles give many programs. Many (prefill): wide
+    tensor-core tiles, grouped along M so an expert's weight tile serves its row blocks from L2.
+    float32 halves the K step (shared memory); one-byte (fp8) weights double it in decode tiles,
+    keeping the bytes a step loads."""
     per_expert = num_pairs / num_experts
-    if per_expert <= 4:
+    if one_pair_a_block(num_pairs, num_experts):
+        tiles = ONE_PAIR_TILES
+    elif per_expert <= 4:
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
     elif per_expert <= 32:
         tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
