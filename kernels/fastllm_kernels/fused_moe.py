@@ -9,7 +9,9 @@ move. The k rows of a token are summed by one reduction, in a fixed order (deter
 unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes). At decode
 (one pair a block) the down GEMM sums them itself: the k programs of a token's column tile park
 their rows, and the last to arrive adds them in slot order (``fastllm_kernels.split_k``),
-so no reduction launch follows.
+so no reduction launch follows; a program may take several of the token's pairs in one loop
+(``MoeTiling.pair_group``), fewer programs meeting. The down weights can be requested into L2
+before the down GEMM needs them (``MoeTiling.prefetch``): a decode step's experts come from HBM.
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
@@ -263,7 +265,8 @@ def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, SWAP_AB: tl.constexpr
 @triton.jit
 def _prefetch_l2(expert_base, start, span, expert_bytes, LINES: tl.constexpr):
     """Ask L2 for bytes ``[start, start + span)`` of one expert's weights (``expert_base``, a byte
-    pointer; at most its ``expert_bytes``), a 128-byte line a request, ``LINES`` requests a round: nothing waits on them."""
+    pointer; at most its ``expert_bytes``), a 128-byte line a request, ``LINES`` requests a round:
+    nothing waits on them, and they stay ahead of the streams that evict normally."""
     for line in range(start, tl.minimum(start + span, expert_bytes), LINES * 128):
         offsets = tl.minimum(line + tl.arange(0, LINES) * 128, expert_bytes - 1)
         tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
