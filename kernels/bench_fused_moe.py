@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -82,6 +82,10 @@ def graph_time(fn, rep: int = 100) -> float:
         return triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median")
 
 
+def rel_err(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out.float() - reference).norm() / reference.norm()).item()
+
+
 def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(``w13``, ``w2``, their format's keyword arguments) of one MoE layer of ``name``: ``dtype``
     (``model``), or quantized as the quant plugin quantizes experts (``fp8``, ``int4``, ``nf4``)."""
@@ -117,7 +121,7 @@ def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: li
         err = float("nan")
         if tokens <= 4096:  # the float32 loop's memory
             ref = reference(x.float())
-            err = ((out.float() - ref).norm() / ref.norm()).item()
+            err = rel_err(out, ref)
             del ref
         graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids,
                                                     fp8_activations=fp8_activations, **formats))
@@ -223,73 +227,109 @@ def routed_bytes(ids: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None)
     return ids.unique().numel() * per_expert
 
 
-def cold_sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int], sets: int,
-               layers: int, variants: list[str], fp8_activations: bool | None, copy_gbs: float, rows: list[dict],
-               csv_path: str | None) -> None:
-    """``COLD_VARIANTS`` over ``layers`` layers a replay from ``sets`` distinct expert sets (module doc)."""
+@dataclass
+class ColdLayers:
+    """One (model, experts format, tokens) of ``--cold``: ``sets`` distinct expert sets and a
+    routing a layer, the inputs, and the float32 loop's output on layer 0."""
+
+    name: str
+    experts: str
+    tokens: int
+    top_k: int
+    stacks: list[tuple[torch.Tensor, torch.Tensor, dict]]
+    routes: list[tuple[torch.Tensor, torch.Tensor]]
+    x: torch.Tensor
+    act: torch.Tensor
+    fp8_activations: bool
+    defaults: tuple[MoeTiling, MoeTiling]
+    gate_up_bytes: float
+    down_bytes: float
+    reference: torch.Tensor
+
+
+def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int, sets: int, layers: int,
+                fp8_activations: bool | None) -> ColdLayers:
     hidden, inner, experts, top_k = MODELS[name]
     stacks = [expert_weights(name, dtype, experts_format) for _ in range(sets)]
-    for tokens in token_counts:
-        if not one_pair_a_block(tokens * top_k, experts):
+    routes = [routed(tokens, experts, top_k, "cuda") for _ in range(layers)]
+    w13, w2, formats = stacks[0]
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+    plain = not formats
+    reference = fused_experts_reference(x.float(), w13.float() if plain else w13, w2.float() if plain else w2,
+                                        *routes[0], "silu", **formats)
+    return ColdLayers(
+        name, str(dtype).split(".")[-1] if plain else experts_format, tokens, top_k, stacks, routes, x,
+        torch.randn(tokens * top_k, inner, device="cuda", dtype=dtype) / inner ** 0.5,
+        fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else False,
+        default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size()),
+        sum(routed_bytes(ids, stacks[i % sets][0], stacks[i % sets][2].get("w13_scale"))
+            for i, (_, ids) in enumerate(routes)) / layers,
+        sum(routed_bytes(ids, stacks[i % sets][1], stacks[i % sets][2].get("w2_scale"))
+            for i, (_, ids) in enumerate(routes)) / layers,
+        reference)
+
+
+def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
+    """Time ``variant`` (or ``L2-hot``: the default tiles on layer 0 every time) on ``layers``."""
+    gate_up, down = (adjusted(tile, changes, layers.top_k)
+                     for tile, changes in zip(layers.defaults, COLD_VARIANTS.get(variant, ({}, {}))))
+    count = len(layers.routes)
+    layer_of = (lambda i: 0) if variant == "L2-hot" else (lambda i: i)
+    down_out = torch.empty_like(layers.x)
+
+    def run_gate_up(i):
+        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        grouped_gemm(layers.x, w13, layers.act, one_pair_blocks(layers.routes[layer_of(i)][1]), gate_up,
+                     layers.top_k, gated=True, fp8_activations=layers.fp8_activations,
+                     prefetch=w2 if gate_up.prefetch else None, **split_formats(formats)[0])
+
+    def run_down(i):
+        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        topk_weights, topk_ids = layers.routes[layer_of(i)]
+        grouped_gemm(layers.act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
+                     sum_pairs=layers.top_k, fp8_activations=layers.fp8_activations,
+                     prefetch=w2 if down.prefetch else None, **split_formats(formats)[1])
+
+    def run_layer(i):
+        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        return fused_experts(layers.x, w13, w2, *layers.routes[layer_of(i)], tilings=(gate_up, down),
+                             fp8_activations=layers.fp8_activations, **formats)
+
+    try:
+        out = run_layer(0)
+        us = {part: graph_time(lambda: [run(i) for i in range(count)], rep=10) * 1e3 / count
+              for part, run in (("gate/up", run_gate_up), ("down", run_down), ("layer", run_layer))}
+    except Exception as error:  # tiles that do not fit shared memory or registers
+        print(f"skip {variant} {gate_up} {down}: {type(error).__name__}: {error}", flush=True)
+        return None
+    both = layers.gate_up_bytes + layers.down_bytes
+    return {"model": layers.name, "experts": layers.experts, "fp8 activations": layers.fp8_activations,
+            "tokens": layers.tokens, "variant": variant, "gate/up us": round(us["gate/up"], 2),
+            "gate/up GB/s": round(layers.gate_up_bytes / us["gate/up"] / 1e3), "down us": round(us["down"], 2),
+            "down GB/s": round(layers.down_bytes / us["down"] / 1e3), "layer us": round(us["layer"], 2),
+            "layer GB/s": round(both / us["layer"] / 1e3), "% copy bw": round(100 * both / us["layer"] / 1e3 / copy_gbs, 1),
+            "rel err": f"{rel_err(out, layers.reference):.1e}", "gate/up tile": gate_up, "down tile": down}
+
+
+def cold_sweep(names: list[str], dtype: torch.dtype, experts_formats: list[str], token_counts: list[int],
+               sets: int, layers: int, variants: list[str], fp8_activations: bool | None, copy_gbs: float,
+               csv_path: str | None) -> None:
+    """Every variant on every (model, format, tokens) before the next variant: a call cut short
+    keeps the first variants of all of them. The CSV is rewritten after each row."""
+    contexts = []
+    for name, experts_format, tokens in itertools.product(names, experts_formats, token_counts):
+        _, _, experts, top_k = MODELS[name]
+        if one_pair_a_block(tokens * top_k, experts):
+            contexts.append(cold_layers(name, dtype, experts_format, tokens, sets, layers, fp8_activations))
+        else:
             print(f"{name}: {tokens} tokens are not one pair a block; skipped", flush=True)
-            continue
-        x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
-        act = torch.randn(tokens * top_k, inner, device="cuda", dtype=dtype) / inner ** 0.5
-        down_out = torch.empty_like(x)
-        routes = [routed(tokens, experts, top_k, "cuda") for _ in range(layers)]
-        fp8_act = fp8_activations_default(stacks[0][0], tokens * top_k) if fp8_activations is None else False
-        defaults = default_tilings(tokens * top_k, experts, x.element_size(), stacks[0][0].element_size())
-        gate_up_bytes = sum(routed_bytes(ids, stacks[i % sets][0], stacks[i % sets][2].get("w13_scale"))
-                            for i, (_, ids) in enumerate(routes)) / layers
-        down_bytes = sum(routed_bytes(ids, stacks[i % sets][1], stacks[i % sets][2].get("w2_scale"))
-                         for i, (_, ids) in enumerate(routes)) / layers
-        w13, w2, formats = stacks[0]
-        plain = not formats
-        topk_weights, topk_ids = routes[0]
-        ref = fused_experts_reference(x.float(), w13.float() if plain else w13, w2.float() if plain else w2,
-                                      topk_weights, topk_ids, "silu", **formats)
-        for variant in ["L2-hot", *variants]:
-            gate_up, down = (adjusted(tile, changes, top_k)
-                             for tile, changes in zip(defaults, COLD_VARIANTS.get(variant, ({}, {}))))
-            layer_of = (lambda i: 0) if variant == "L2-hot" else (lambda i: i)
-
-            def run_gate_up(i):
-                w13, w2, formats = stacks[layer_of(i) % sets]
-                grouped_gemm(x, w13, act, one_pair_blocks(routes[layer_of(i)][1]), gate_up, top_k, gated=True,
-                             fp8_activations=fp8_act, prefetch=w2 if gate_up.prefetch else None,
-                             **split_formats(formats)[0])
-
-            def run_down(i):
-                w13, w2, formats = stacks[layer_of(i) % sets]
-                topk_weights, topk_ids = routes[layer_of(i)]
-                grouped_gemm(act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
-                             sum_pairs=top_k, fp8_activations=fp8_act, prefetch=w2 if down.prefetch else None,
-                             **split_formats(formats)[1])
-
-            def run_layer(i):
-                w13, w2, formats = stacks[layer_of(i) % sets]
-                topk_weights, topk_ids = routes[layer_of(i)]
-                return fused_experts(x, w13, w2, topk_weights, topk_ids, tilings=(gate_up, down),
-                                     fp8_activations=fp8_act, **formats)
-
-            try:
-                out = run_layer(0)
-                us = {part: graph_time(lambda: [run(i) for i in range(layers)], rep=10) * 1e3 / layers
-                      for part, run in (("gate/up", run_gate_up), ("down", run_down), ("layer", run_layer))}
-            except Exception as error:  # tiles that do not fit shared memory or registers
-                print(f"skip {variant} {gate_up} {down}: {type(error).__name__}: {error}", flush=True)
-                continue
-            rows.append({"model": name, "experts": str(dtype).split(".")[-1] if plain else experts_format,
-                         "fp8 activations": fp8_act, "tokens": tokens, "variant": variant,
-                         "gate/up us": round(us["gate/up"], 2), "gate/up GB/s": round(gate_up_bytes / us["gate/up"] / 1e3),
-                         "down us": round(us["down"], 2), "down GB/s": round(down_bytes / us["down"] / 1e3),
-                         "layer us": round(us["layer"], 2),
-                         "layer GB/s": round((gate_up_bytes + down_bytes) / us["layer"] / 1e3),
-                         "% copy bw": round(100 * (gate_up_bytes + down_bytes) / us["layer"] / 1e3 / copy_gbs, 1),
-                         "rel err": f"{((out.float() - ref).norm() / ref.norm()).item():.1e}",
-                         "gate/up tile": gate_up, "down tile": down})
-            print({key: value for key, value in rows[-1].items() if "tile" not in key}, flush=True)
-            write_csv(rows, csv_path)  # every row as it comes: a call cut short keeps what ran
+    rows = []
+    for variant, context in itertools.product(["L2-hot", *variants], contexts):
+        row = cold_row(context, variant, copy_gbs)
+        if row is not None:
+            rows.append(row)
+            print({key: value for key, value in row.items() if "tile" not in key}, flush=True)
+            write_csv(rows, csv_path)
 
 
 def write_csv(rows: list[dict], path: str | None) -> None:
@@ -328,11 +368,8 @@ def main() -> None:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
         if args.cold:
-            rows = []
-            for name, experts_format in itertools.product(args.models, args.experts):
-                cold_sweep(name, dtype, experts_format, args.tokens or [1], args.weight_sets, args.layers,
-                           args.variants, fp8_activations, copy_gbs, rows, args.csv)
-                torch.cuda.empty_cache()
+            cold_sweep(args.models, dtype, args.experts, args.tokens or [1], args.weight_sets, args.layers,
+                       args.variants, fp8_activations, copy_gbs, args.csv)
             return
         rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
                                                                     args.experts[0], fp8_activations)]
