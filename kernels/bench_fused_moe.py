@@ -188,7 +188,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
 
 COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of default_tilings
     "default": ({}, {}),
-    "3 stages (session 5's default)": ({"num_stages": 3}, {"num_stages": 3}),
+    "3 stages (the previous default)": ({"num_stages": 3}, {"num_stages": 3}),
     "gate/up 5 stages": ({"num_stages": 5}, {}),
     "gate/up 16 columns": ({"block_n": 16}, {}),
     "gate/up K/2, 8 stages": ({"k_scale": 0.5, "num_stages": 8}, {}),
@@ -307,7 +307,8 @@ def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
             "tokens": layers.tokens, "variant": variant, "gate/up us": round(us["gate/up"], 2),
             "gate/up GB/s": round(layers.gate_up_bytes / us["gate/up"] / 1e3), "down us": round(us["down"], 2),
             "down GB/s": round(layers.down_bytes / us["down"] / 1e3), "layer us": round(us["layer"], 2),
-            "layer GB/s": round(both / us["layer"] / 1e3), "% copy bw": round(100 * both / us["layer"] / 1e3 / copy_gbs, 1),
+            "layer GB/s": round(both / us["layer"] / 1e3),
+            "% copy bw": round(100 * both / us["layer"] / 1e3 / copy_gbs, 1),
             "rel err": f"{rel_err(out, layers.reference):.1e}", "gate/up tile": gate_up, "down tile": down}
 
 
