@@ -4,8 +4,8 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moequant, moethroughput, multimodal, parallel, tpspeed,
-#   pair2, lamport2, tpoffline2, tpprofile2, dpep2, ep2, big4, lanes4)
+#   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moegemv, moequant, moethroughput, multimodal, parallel,
+#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -190,6 +190,20 @@ fp8act)  # fp8 x fp8 experts (#25): fp8 expert tests, batch-1 Qwen3-30B-A3B bf16
     --out "$OUT/profile_qwen3_fp8act.json"
   TAIL=12 step moe_sweep_fp8act 130 $PY kernels/bench_fused_moe.py --sweep --experts fp8 --models qwen3-30b-a3b \
     --tokens 1 --csv "$OUT/moe_sweep_fp8act.csv"
+  ;;
+moegemv)  # batch-1 expert GEMMs (#25, helper moegemv): the fused-MoE kernel tests, batch-1 Qwen3-30B-A3B bf16 and
+  # fp8 with the default decode tiles, then the L2-cold sweep of the one-pair-a-block tiles (bench_fused_moe.py --cold:
+  # Qwen3-30B-A3B, then ERNIE-4.5-21B-A3B, bf16 and fp8, one token; its CSV grows row by row, so a cut keeps what
+  # ran). $OUT: device.txt, summary.txt, results.json (the latency JSONs), moegemv_cold.csv. Limits add up to 280 s.
+  OUT=$GATHERED
+  TAIL=5 lane moegemv_tests 60 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py
+  for q in none fp8; do
+    TAIL=8 lane moegemv_latency_$q 70 $FASTLLM bench latency --model qwen3-30b-a3b --load-format dummy \
+      --dtype bfloat16 --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 --max-num-seqs 16 \
+      $([ $q = none ] || echo --quantization $q) --output-json "$OUT/moegemv_latency_$q.json"
+  done
+  TAIL=70 lane moegemv_cold 80 $PY kernels/bench_fused_moe.py --cold --experts model fp8 --models qwen3-30b-a3b \
+    ernie-4.5-21b-a3b --tokens 1 --weight-sets 4 --csv "$FINAL/moegemv_cold.csv"
   ;;
 moequant)  # quantized experts: the kernel per format, then batch-1 decode of each beside bf16 in one call
   for fmt in fp8 int4 nf4; do

@@ -9,8 +9,16 @@ products, the torch loop's time (``do_bench``; it syncs, so no graph) and the re
 the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
 candidate tiles and prints the fastest per shape. ``--experts fp8|int4|nf4``: the experts
 quantized by the quant plugin, the loop dequantizing them; ``--fp8-activations off``: fp8 experts
-widened at every size (auto: e4m3 activations at decode, ``fp8_activations_default``). Not a
-test: nothing here asserts.
+widened at every size (auto: e4m3 activations at decode, ``fp8_activations_default``).
+
+``--cold`` times the one-pair-a-block (decode) GEMMs as a model runs them: each graph replay walks
+``--layers`` layers, each with its own random top-k experts from one of ``--weight-sets`` distinct
+sets of every expert's weights (many times L2's size), so no layer finds its experts in L2; the
+``--sweep`` above repeats one set and one routing, so it times L2-hot GEMMs. Per variant of the
+decode tiles (``COLD_VARIANTS``): gate/up alone, down (with the k-pair sum) alone and the whole
+layer (``fused_experts``), in us a layer and GB/s of the routed experts' bytes, and the layer's
+error against the float32 torch loop; one ``L2-hot`` row repeats the default on one layer.
+``--experts`` takes several formats here (``model fp8``). Not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -64,13 +73,17 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / ms / 1e6
 
 
-def graph_time(fn) -> float:
-    """Median ms of CUDA-graph replays, or of plain launches where the capture fails."""
+def graph_time(fn, rep: int = 100) -> float:
+    """Median ms of CUDA-graph replays (about ``rep`` ms of them), or of plain launches where the capture fails."""
     try:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     except RuntimeError as error:
         print(f"no graph ({error}); timing launches", flush=True)
-        return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
+        return triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median")
+
+
+def rel_err(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out.float() - reference).norm() / reference.norm()).item()
 
 
 def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -108,7 +121,7 @@ def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: li
         err = float("nan")
         if tokens <= 4096:  # the float32 loop's memory
             ref = reference(x.float())
-            err = ((out.float() - ref).norm() / ref.norm()).item()
+            err = rel_err(out, ref)
             del ref
         graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids,
                                                     fp8_activations=fp8_activations, **formats))
@@ -141,8 +154,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
     """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
     w13, w2, formats = expert_weights(name, dtype, experts_format)
-    gate_up_format = {key.replace("w13_", "w_"): value for key, value in formats.items() if "w2_" not in key}
-    down_format = {key.replace("w2_", "w_"): value for key, value in formats.items() if "w13_" not in key}
+    gate_up_format, down_format = split_formats(formats)
     rows = []
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
@@ -174,14 +186,173 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
     return rows
 
 
+COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of default_tilings
+    "default": ({}, {}),
+    "3 stages (the previous default)": ({"num_stages": 3}, {"num_stages": 3}),
+    "gate/up 5 stages": ({"num_stages": 5}, {}),
+    "gate/up 16 columns": ({"block_n": 16}, {}),
+    "gate/up K/2, 8 stages": ({"k_scale": 0.5, "num_stages": 8}, {}),
+    "gate/up 8 warps": ({"num_warps": 8}, {}),
+    "gate/up prefetches down": ({"prefetch": True}, {}),
+    "down prefetch": ({}, {"prefetch": True}),
+    "down K/2, 6 stages": ({}, {"k_scale": 0.5, "num_stages": 6}),
+    "down 2 pairs a program": ({}, {"pair_group": 2}),
+    "down 4 pairs a program": ({}, {"pair_group": 4}),
+    "down k pairs a program": ({}, {"pair_group": "k"}),
+    "down k pairs, 32 columns": ({}, {"pair_group": "k", "block_n": 32}),
+    "down prefetch, 2 pairs a program": ({}, {"prefetch": True, "pair_group": 2}),
+    "both prefetch": ({"prefetch": True}, {"prefetch": True}),
+}
+"""Each names tile fields to change (``k_scale`` multiplies block_k; pair_group ``k``: all a token's)."""
+
+
+def adjusted(tiling: MoeTiling, changes: dict, top_k: int) -> MoeTiling:
+    changes = dict(changes)
+    if "k_scale" in changes:
+        changes["block_k"] = int(tiling.block_k * changes.pop("k_scale"))
+    if changes.get("pair_group") == "k":
+        changes["pair_group"] = top_k
+    return replace(tiling, **changes)
+
+
+def split_formats(formats: dict) -> tuple[dict, dict]:
+    """``grouped_gemm``'s format keywords of gate/up and of down from ``fused_experts``' ones."""
+    return ({key.replace("w13_", "w_"): value for key, value in formats.items() if "w2_" not in key},
+            {key.replace("w2_", "w_"): value for key, value in formats.items() if "w13_" not in key})
+
+
+def routed_bytes(ids: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None) -> int:
+    """Bytes of the experts ``ids`` picks (each once) in ``w`` and its per-channel ``scale``."""
+    per_expert = w[0].numel() * w.element_size() + (0 if scale is None else scale[0].numel() * scale.element_size())
+    return ids.unique().numel() * per_expert
+
+
+@dataclass
+class ColdLayers:
+    """One (model, experts format, tokens) of ``--cold``: ``sets`` distinct expert sets and a
+    routing a layer, the inputs, and the float32 loop's output on layer 0."""
+
+    name: str
+    experts: str
+    tokens: int
+    top_k: int
+    stacks: list[tuple[torch.Tensor, torch.Tensor, dict]]
+    routes: list[tuple[torch.Tensor, torch.Tensor]]
+    x: torch.Tensor
+    act: torch.Tensor
+    fp8_activations: bool
+    defaults: tuple[MoeTiling, MoeTiling]
+    gate_up_bytes: float
+    down_bytes: float
+    reference: torch.Tensor
+
+
+def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int, sets: int, layers: int,
+                fp8_activations: bool | None) -> ColdLayers:
+    hidden, inner, experts, top_k = MODELS[name]
+    stacks = [expert_weights(name, dtype, experts_format) for _ in range(sets)]
+    routes = [routed(tokens, experts, top_k, "cuda") for _ in range(layers)]
+    w13, w2, formats = stacks[0]
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+    plain = not formats
+    reference = fused_experts_reference(x.float(), w13.float() if plain else w13, w2.float() if plain else w2,
+                                        *routes[0], "silu", **formats)
+    return ColdLayers(
+        name, str(dtype).split(".")[-1] if plain else experts_format, tokens, top_k, stacks, routes, x,
+        torch.randn(tokens * top_k, inner, device="cuda", dtype=dtype) / inner ** 0.5,
+        fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else False,
+        default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size()),
+        sum(routed_bytes(ids, stacks[i % sets][0], stacks[i % sets][2].get("w13_scale"))
+            for i, (_, ids) in enumerate(routes)) / layers,
+        sum(routed_bytes(ids, stacks[i % sets][1], stacks[i % sets][2].get("w2_scale"))
+            for i, (_, ids) in enumerate(routes)) / layers,
+        reference)
+
+
+def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
+    """Time ``variant`` (or ``L2-hot``: the default tiles on layer 0 every time) on ``layers``."""
+    gate_up, down = (adjusted(tile, changes, layers.top_k)
+                     for tile, changes in zip(layers.defaults, COLD_VARIANTS.get(variant, ({}, {}))))
+    count = len(layers.routes)
+    layer_of = (lambda i: 0) if variant == "L2-hot" else (lambda i: i)
+    down_out = torch.empty_like(layers.x)
+
+    def run_gate_up(i):
+        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        grouped_gemm(layers.x, w13, layers.act, one_pair_blocks(layers.routes[layer_of(i)][1]), gate_up,
+                     layers.top_k, gated=True, fp8_activations=layers.fp8_activations,
+                     prefetch=w2 if gate_up.prefetch else None, **split_formats(formats)[0])
+
+    def run_down(i):
+        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        topk_weights, topk_ids = layers.routes[layer_of(i)]
+        grouped_gemm(layers.act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
+                     sum_pairs=layers.top_k, fp8_activations=layers.fp8_activations,
+                     prefetch=w2 if down.prefetch else None, **split_formats(formats)[1])
+
+    def run_layer(i):
+        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        return fused_experts(layers.x, w13, w2, *layers.routes[layer_of(i)], tilings=(gate_up, down),
+                             fp8_activations=layers.fp8_activations, **formats)
+
+    try:
+        out = run_layer(0)
+        us = {part: graph_time(lambda: [run(i) for i in range(count)], rep=10) * 1e3 / count
+              for part, run in (("gate/up", run_gate_up), ("down", run_down), ("layer", run_layer))}
+    except Exception as error:  # tiles that do not fit shared memory or registers
+        print(f"skip {variant} {gate_up} {down}: {type(error).__name__}: {error}", flush=True)
+        return None
+    both = layers.gate_up_bytes + layers.down_bytes
+    return {"model": layers.name, "experts": layers.experts, "fp8 activations": layers.fp8_activations,
+            "tokens": layers.tokens, "variant": variant, "gate/up us": round(us["gate/up"], 2),
+            "gate/up GB/s": round(layers.gate_up_bytes / us["gate/up"] / 1e3), "down us": round(us["down"], 2),
+            "down GB/s": round(layers.down_bytes / us["down"] / 1e3), "layer us": round(us["layer"], 2),
+            "layer GB/s": round(both / us["layer"] / 1e3),
+            "% copy bw": round(100 * both / us["layer"] / 1e3 / copy_gbs, 1),
+            "rel err": f"{rel_err(out, layers.reference):.1e}", "gate/up tile": gate_up, "down tile": down}
+
+
+def cold_sweep(names: list[str], dtype: torch.dtype, experts_formats: list[str], token_counts: list[int],
+               sets: int, layers: int, variants: list[str], fp8_activations: bool | None, copy_gbs: float,
+               csv_path: str | None) -> None:
+    """Every variant on every (model, format, tokens) before the next variant: a call cut short
+    keeps the first variants of all of them. The CSV is rewritten after each row."""
+    contexts = []
+    for name, experts_format, tokens in itertools.product(names, experts_formats, token_counts):
+        _, _, experts, top_k = MODELS[name]
+        if one_pair_a_block(tokens * top_k, experts):
+            contexts.append(cold_layers(name, dtype, experts_format, tokens, sets, layers, fp8_activations))
+        else:
+            print(f"{name}: {tokens} tokens are not one pair a block; skipped", flush=True)
+    rows = []
+    for variant, context in itertools.product(["L2-hot", *variants], contexts):
+        row = cold_row(context, variant, copy_gbs)
+        if row is not None:
+            rows.append(row)
+            print({key: value for key, value in row.items() if "tile" not in key}, flush=True)
+            write_csv(rows, csv_path)
+
+
+def write_csv(rows: list[dict], path: str | None) -> None:
+    if path and rows:
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--tokens", type=int, nargs="*", help=f"default {TOKENS}; sweep: {SWEEP_TOKENS}")
     parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], default="model",
-                        help="the experts in --dtype, or quantized as the quant plugin does")
+    parser.add_argument("--experts", choices=["model", "fp8", "int4", "nf4"], nargs="+", default=["model"],
+                        help="the experts in --dtype, or quantized as the quant plugin does (several: --cold only)")
+    parser.add_argument("--cold", action="store_true", help="decode GEMMs over distinct layers (module doc)")
+    parser.add_argument("--weight-sets", type=int, default=8, help="--cold: distinct expert sets")
+    parser.add_argument("--layers", type=int, default=16, help="--cold: layers a graph replay")
+    parser.add_argument("--variants", nargs="*", default=list(COLD_VARIANTS), help="--cold: of COLD_VARIANTS")
     parser.add_argument("--fp8-activations", choices=["auto", "off"], default="auto",
                         help="fp8 experts: e4m3 activations where fused_experts picks them, or widened weights")
     parser.add_argument("--csv")
@@ -189,19 +360,21 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     fp8_activations = None if args.fp8_activations == "auto" else False
+    if not args.cold and len(args.experts) > 1:
+        parser.error("several --experts formats only with --cold")
     if args.sweep:
-        rows = [row for name in args.models for row in sweep(name, dtype, args.experts, args.tokens or SWEEP_TOKENS,
-                                                              fp8_activations)]
+        rows = [row for name in args.models for row in sweep(name, dtype, args.experts[0],
+                                                              args.tokens or SWEEP_TOKENS, fp8_activations)]
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
+        if args.cold:
+            cold_sweep(args.models, dtype, args.experts, args.tokens or [1], args.weight_sets, args.layers,
+                       args.variants, fp8_activations, copy_gbs, args.csv)
+            return
         rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
-                                                                    args.experts, fp8_activations)]
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+                                                                    args.experts[0], fp8_activations)]
+    write_csv(rows, args.csv)
 
 
 if __name__ == "__main__":
