@@ -232,9 +232,13 @@ class FusedMoE(nn.Module):
 
     def _routed_over_replicas(self, hidden: torch.Tensor) -> torch.Tensor:
         """Data-parallel attention: every replica's tokens through this rank's experts, the parts
-        summed over the replicas (one all-reduce), this replica's rows kept."""
-        tokens, mine = gather_replica_tokens(hidden, get_forward_context().replica_tokens)
+        summed over the replicas (one all-reduce), this replica's rows kept. Padding rows of a
+        padded step route with weight 0."""
+        context = get_forward_context()
+        tokens, mine = gather_replica_tokens(hidden, context.replica_tokens)
         topk_weights, topk_ids = local_routes(*self.gate(tokens), self.expert_map)
+        if context.replica_padding is not None:
+            topk_weights = topk_weights.masked_fill(context.replica_padding, 0.0)
         out = self._local_experts(tokens, topk_weights, topk_ids)
         dist.all_reduce(out)
         return out[mine]
