@@ -5,10 +5,11 @@ Every replica's MoE layers gather all the replicas' tokens, so each must know th
 counts. One small all-gather a step carries each replica's plan: its token count, whether its
 step could replay a decode graph (single-token decodes only, nothing else in the way), and
 whether it has work at all (an idle replica runs a dummy step to keep the collectives paired).
-From the same facts every replica draws the same decision: where all can replay and the
-largest count fits a captured batch size, all replay the graph of that common bucket (each
-brings exactly the bucket's rows, its real ones first, so the MoE gather has a fixed size and
-reads no count on the host); otherwise all run eagerly with the real counts.
+It runs over a gloo group on the host, so no replica waits for its device's queued work there
+and steps still overlap. From the same facts every replica draws the same decision: where all
+can replay and the largest count fits a captured batch size, all replay the graph of that
+common bucket (each brings exactly the bucket's rows, its real ones first, so the MoE gather
+has a fixed size and reads no count on the host); otherwise all run eagerly with the real counts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+
+from fastllm.platforms.transfer import to_device
+
+_host_group: Optional[dist.ProcessGroup] = None  # gloo, over every replica: where the agreement runs
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class ReplicaStep:
     """The step all the replicas agreed on."""
 
     counts: list[int]  # every replica's real token count, in rank order
-    counts_on_device: torch.Tensor  # the same, where the padding mask is computed
+    counts_on_device: torch.Tensor  # the same on the device, where the padding mask is computed
     bucket: Optional[int]  # the common padded row count every replica replays; None: eager, real counts
     work: bool  # whether any replica has work (none: every replica skips the forward)
 
@@ -48,14 +53,22 @@ def common_bucket(plans: list[ReplicaPlan], sizes: list[int]) -> Optional[int]:
     return next((size for size in sizes if size >= need), None)
 
 
+def join_host_group() -> None:
+    """Every replica, once in the default group: make the host group the agreement runs over."""
+    global _host_group
+    _host_group = dist.new_group(backend="gloo")
+
+
 def agree_step(plan: ReplicaPlan, sizes: list[int], device: torch.device) -> ReplicaStep:
-    """Exchange every replica's ``plan`` (one all-gather, one host wait) and decide the step."""
-    mine = torch.tensor([plan.tokens, plan.graphable, plan.work], dtype=torch.long, device=device)
-    every = torch.empty(dist.get_world_size() * mine.numel(), dtype=torch.long, device=device)
-    dist.all_gather_into_tensor(every, mine)
-    every = every.view(-1, mine.numel())
-    plans = [ReplicaPlan(tokens, bool(graphable), bool(work)) for tokens, graphable, work in every.tolist()]
-    return ReplicaStep([p.tokens for p in plans], every[:, 0], common_bucket(plans, sizes),
+    """Exchange every replica's ``plan`` (one all-gather on the host) and decide the step; the
+    counts go to ``device`` queued behind its work."""
+    mine = torch.tensor([plan.tokens, plan.graphable, plan.work], dtype=torch.long)
+    every = torch.empty(dist.get_world_size() * mine.numel(), dtype=torch.long)
+    dist.all_gather_into_tensor(every, mine, group=_host_group)
+    plans = [ReplicaPlan(tokens, bool(graphable), bool(work))
+             for tokens, graphable, work in every.view(-1, mine.numel()).tolist()]
+    counts = [p.tokens for p in plans]
+    return ReplicaStep(counts, to_device(counts, torch.long, device), common_bucket(plans, sizes),
                        any(p.work for p in plans))
 
 
