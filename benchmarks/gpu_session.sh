@@ -321,7 +321,7 @@ dpgraph2)  # two GPUs: DP attention + EP with the lockstep replicas' decode grap
   Q3="--model qwen3-30b-a3b --load-format dummy --dtype bfloat16"
   TPUT="bench throughput $Q3 --num-prompts 200 --input-len 1024 --output-len 128 --range-ratio 0 --quiet"
   TAIL=15 lane dpep_test 60 env PYTHONPATH=$PYTHONPATH:. $PY -m pytest -q -x -p no:cacheprovider \
-    tests/distributed/test_expert_parallel.py -k data_parallel_attention
+    tests/distributed/test_expert_parallel.py -k "data_parallel_attention and True"
   TAIL=30 lane dpep_throughput 90 $FASTLLM $TPUT -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_throughput.json"
   TAIL=30 lane dpep_latency 70 $FASTLLM bench latency $Q3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
     --max-num-seqs 16 -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_latency.json"
