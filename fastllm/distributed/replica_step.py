@@ -39,7 +39,7 @@ class ReplicaStep:
     """The step all the replicas agreed on."""
 
     counts: list[int]  # every replica's real token count, in rank order
-    counts_on_device: torch.Tensor  # the same on the device, where the padding mask is computed
+    real_on_device: torch.Tensor  # the rows that are not padding (an idle replica's dummy row is), on the device
     bucket: Optional[int]  # the common padded row count every replica replays; None: eager, real counts
     work: bool  # whether any replica has work (none: every replica skips the forward)
 
@@ -67,9 +67,8 @@ def agree_step(plan: ReplicaPlan, sizes: list[int], device: torch.device) -> Rep
     dist.all_gather_into_tensor(every, mine, group=_host_group)
     plans = [ReplicaPlan(tokens, bool(graphable), bool(work))
              for tokens, graphable, work in every.view(-1, mine.numel()).tolist()]
-    counts = [p.tokens for p in plans]
-    return ReplicaStep(counts, to_device(counts, torch.long, device), common_bucket(plans, sizes),
-                       any(p.work for p in plans))
+    real = to_device([p.tokens if p.work else 0 for p in plans], torch.long, device)
+    return ReplicaStep([p.tokens for p in plans], real, common_bucket(plans, sizes), any(p.work for p in plans))
 
 
 def padding_rows(counts: torch.Tensor, bucket: int) -> torch.Tensor:

@@ -267,7 +267,7 @@ class ModelRunner:
         if not step.work:
             return None
         if step.bucket is not None:
-            self.replica_rows.copy_(step.counts_on_device)
+            self.replica_rows.copy_(step.real_on_device)
             return graphs.run(input_ids, positions, attn_metadata, self.adapter_batch, size=step.bucket)
         return self._eager_forward(input_ids, positions, attn_metadata, multimodal, replica_tokens=step.counts)
 
