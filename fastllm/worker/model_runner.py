@@ -164,7 +164,8 @@ class ModelRunner:
     def idle_step(self) -> None:
         """One token through the model in block 0, which no sequence owns: a data-parallel
         replica with nothing scheduled keeps step with the others, whose MoE layers exchange
-        tokens with it every step."""
+        tokens with it every step (in a padded step its row is padding; where no replica has
+        work, none runs it)."""
         inputs = self._dummy_inputs([(1, 1)], first_block=0)
         self.adapter_batch = None
         self._forward_in_lockstep(inputs.input_ids, inputs.positions, inputs.attn_metadata, work=False)
@@ -239,7 +240,8 @@ class ModelRunner:
         Under tensor parallelism every rank makes this call, and each ``compute_logits``
         call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
         pair up only when all ranks run the same sequence of them. Under pipeline parallelism a
-        large step runs as micro-batches, so that the stages overlap (``micro_batches``).
+        large step runs as micro-batches, so that the stages overlap (``micro_batches``). Lockstep
+        data-parallel replicas agree on each step first (``_forward_in_lockstep``).
         """
         if experts_over_replicas():
             return self._forward_in_lockstep(input_ids, positions, attn_metadata, multimodal)
