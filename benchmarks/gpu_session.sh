@@ -5,7 +5,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
 #   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moegemv, moequant, moethroughput, multimodal, parallel,
-#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, ep2, big4, lanes4)
+#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, dpgraph2, ep2, big4, lanes4)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -324,6 +324,20 @@ dpep2)  # two GPUs: Qwen3-30B-A3B offline with data-parallel attention over expe
   TAIL=30 lane tp_throughput 120 $FASTLLM $TPUT -tp 2 --output-json "$OUT/tp_throughput.json"
   TAIL=30 lane dpep_latency 110 $FASTLLM bench latency $Q3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
     --max-num-seqs 16 -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_latency.json"
+  ;;
+dpgraph2)  # two GPUs: DP attention + EP with the lockstep replicas' decode graphs and async scheduling (branch
+  # dpgraph): its GPU check against transformers, Qwen3-30B-A3B offline and batch 1 at -dp 2, then EP=2 and TP=2
+  # (step limits add up to about 330 s)
+  OUT=$GATHERED
+  Q3="--model qwen3-30b-a3b --load-format dummy --dtype bfloat16"
+  TPUT="bench throughput $Q3 --num-prompts 200 --input-len 1024 --output-len 128 --range-ratio 0 --quiet"
+  TAIL=15 lane dpep_test 60 env PYTHONPATH=$PYTHONPATH:. $PY -m pytest -q -x -p no:cacheprovider \
+    tests/distributed/test_expert_parallel.py -k "data_parallel_attention and True"
+  TAIL=30 lane dpep_throughput 90 $FASTLLM $TPUT -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_throughput.json"
+  TAIL=30 lane dpep_latency 70 $FASTLLM bench latency $Q3 --batch-size 1 --input-len 128 --output-len 128 --num-iters 2 \
+    --max-num-seqs 16 -dp 2 --enable-expert-parallel --output-json "$OUT/dpep_latency.json"
+  TAIL=30 lane ep_throughput 55 $FASTLLM $TPUT -tp 2 --enable-expert-parallel --output-json "$OUT/ep_throughput.json"
+  TAIL=30 lane tp_throughput 55 $FASTLLM $TPUT -tp 2 --output-json "$OUT/tp_throughput.json"
   ;;
 ep2)  # two GPUs: expert parallelism's GPU tests, then Qwen3-30B-A3B offline at EP=2 with the all-to-all
   # dispatch for prefill-sized steps against the all-reduce at every size (whole logs kept)

@@ -41,6 +41,9 @@ class ForwardContext:
     # data-parallel attention with expert parallelism: every replica's token count this step, exchanged
     # once a step for all the MoE layers' gathers
     replica_tokens: Optional[list[int]] = None
+    # a padded lockstep step (every replica brings the same rows): its padding rows among the gathered
+    # ones, ``[sum(replica_tokens), 1]`` bool, which route with weight 0 (``replica_step.padding_rows``)
+    replica_padding: Optional[torch.Tensor] = None
 
 
 _context: Optional[ForwardContext] = None

@@ -93,6 +93,11 @@ def replica_token_counts(num_tokens: int, device: torch.device) -> list[int]:
 def gather_replica_tokens(hidden: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, slice]:
     """Every data-parallel replica's step tokens ``[sizes[r], H]`` joined in rank order on every
     rank, and where this replica's rows sit in them (data-parallel attention with expert
-    parallelism: the replicas' batches differ in size, so rows go padded)."""
+    parallelism: eager steps' batches differ in size, so rows go padded)."""
     start = sum(sizes[:dist.get_rank()])
-    return _gather_padded(hidden, sizes), slice(start, start + hidden.shape[0])
+    if len(set(sizes)) == 1:  # every replica padded to one bucket: a fixed-size gather (capturable)
+        tokens = hidden.new_empty((len(sizes) * hidden.shape[0],) + tuple(hidden.shape[1:]))
+        dist.all_gather_into_tensor(tokens, hidden.contiguous())
+    else:
+        tokens = _gather_padded(hidden, sizes)
+    return tokens, slice(start, start + hidden.shape[0])

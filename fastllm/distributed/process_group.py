@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from fastllm.distributed.parallel_state import (reset_layout, set_experts_over_replicas, set_fast_all_reduce,
                                                 set_layout, tp_group)
+from fastllm.distributed.replica_step import join_host_group
 from fastllm.platforms.symmetric_all_reduce import symmetric_all_reduce
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
@@ -63,6 +64,7 @@ def init_replica_experts(rank: int, world_size: int, init_method: str, backend: 
     their experts over all the replicas (``parallel_state.experts_over_replicas``)."""
     _join_default_group(rank, world_size, init_method, backend, device)
     set_experts_over_replicas()
+    join_host_group()
 
 
 def _join_default_group(rank: int, world_size: int, init_method: str, backend: str, device: torch.device) -> None:

@@ -8,7 +8,10 @@ With ``enable_expert_parallel`` (MoE models: data-parallel attention, expert-par
 the replicas, one rank each, form one process group over which every MoE layer places its
 experts and exchanges its tokens. Their forward passes must meet, so they step together: every
 replica steps whenever any has work (an idle one runs a one-token pass), and a step ends when
-all have.
+all have. Before each forward pass the replicas agree on the step (one small all-gather): decode
+steps pad to a common captured batch size and replay its CUDA graph on every replica, other steps
+run eagerly (``fastllm.distributed.replica_step``). Each replica's engine may overlap its steps
+(async scheduling): it still runs exactly one forward pass a step.
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ def run_replica(config: EngineConfig, num_threads: int, conn: Connection,
     finally:
         if engine is not None:
             engine.runner.shutdown()
+            if experts is not None:  # one rank, one runner: its graphs go before their group (destroy_tensor_parallel)
+                engine.runner.runner.graphs = None
         destroy_tensor_parallel()
 
 
@@ -149,9 +154,9 @@ class ReplicaGroup:
             if per_replica > 1:
                 raise ValueError("data_parallel_size with enable_expert_parallel runs replicas of one GPU "
                                  "(tensor_parallel_size=1, pipeline_parallel_size=1)")
-            # the experts live over the replicas; steps meet, so none runs ahead (no overlap), and each
-            # step's token counts are read on the host for the MoE layers' gathers (no graphs)
-            update.update(enable_expert_parallel=False, async_scheduling=False, enforce_eager=True)
+            # the experts live over the replicas, whose forward passes meet: each agrees its step with
+            # the others first (``fastllm.distributed.replica_step``), decode steps replaying graphs
+            update.update(enable_expert_parallel=False)
             init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         replica_config = config.model_copy(update=update)
         self.replicas: list[Replica] = []

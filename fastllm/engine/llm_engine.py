@@ -168,9 +168,9 @@ class LLMEngine:
         """Async scheduling: on where launches return early (CUDA), unless configured.
 
         A speculative decoder keeps it: steps without drafts overlap as in plain decoding, and
-        only a step in which some sequence wants drafts runs on its own (see ``step``)."""
-        if self.lockstep:
-            return False
+        only a step in which some sequence wants drafts runs on its own (see ``step``). Lockstep
+        replicas keep it too: every step still runs exactly one forward pass (an idle one if nothing
+        is scheduled), so the replicas' collectives pair up."""
         wanted = self.config.async_scheduling
         return self.runner.overlaps_steps if wanted is None else wanted
 

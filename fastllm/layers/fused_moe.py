@@ -232,9 +232,15 @@ class FusedMoE(nn.Module):
 
     def _routed_over_replicas(self, hidden: torch.Tensor) -> torch.Tensor:
         """Data-parallel attention: every replica's tokens through this rank's experts, the parts
-        summed over the replicas (one all-reduce), this replica's rows kept."""
-        tokens, mine = gather_replica_tokens(hidden, get_forward_context().replica_tokens)
+        summed over the replicas (one all-reduce), this replica's rows kept. Padding rows of a
+        padded step route to local expert 0 with weight 0 (as routes to other ranks' experts do):
+        they change no sum and read no other expert's weights."""
+        context = get_forward_context()
+        tokens, mine = gather_replica_tokens(hidden, context.replica_tokens)
         topk_weights, topk_ids = local_routes(*self.gate(tokens), self.expert_map)
+        if context.replica_padding is not None:
+            padding = context.replica_padding
+            topk_weights, topk_ids = topk_weights.masked_fill(padding, 0.0), topk_ids.masked_fill(padding, 0)
         out = self._local_experts(tokens, topk_weights, topk_ids)
         dist.all_reduce(out)
         return out[mine]

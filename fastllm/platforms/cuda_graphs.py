@@ -15,6 +15,9 @@ Padding attends to junk keys, and its outputs are dropped.
 With an adapter manager, each token's adapter slot is one more static input, placed like its
 token id (padding: -1, the base model); the adapters' weights sit in the manager's fixed slot
 tensors, which loading an adapter overwrites in place.
+
+Before ``capture`` (or without it), ``run`` runs the forward eagerly over the same padded static
+buffers: the lockstep data-parallel replicas' padded steps where no graph is captured (CPU tests).
 """
 
 from __future__ import annotations
@@ -115,16 +118,26 @@ class DecodeGraphs:
     def _size(self, num_seqs: int, query_len: int) -> int | None:
         return next((size for size in self.sizes_by_query_len.get(query_len, ()) if size >= num_seqs), None)
 
+    def fits_tables(self, meta: AttentionMetadata) -> bool:
+        """Whether the step's block tables fit the static ones (its batch size aside)."""
+        return meta.block_tables.shape[1] <= self.block_tables.shape[1] - meta.max_query_len + 1
+
     def can_run(self, meta: AttentionMetadata) -> bool:
-        return (self._size(meta.num_seqs, meta.max_query_len) is not None
-                and meta.block_tables.shape[1] <= self.block_tables.shape[1] - meta.max_query_len + 1)
+        return self._size(meta.num_seqs, meta.max_query_len) is not None and self.fits_tables(meta)
+
+    def _replay(self, key: tuple[int, int]) -> torch.Tensor:
+        if key in self.graphs:
+            self.graphs[key].replay()
+            return self.outputs[key]
+        return self._forward(*key)
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-            adapter_batch: Optional[Any] = None) -> torch.Tensor:
-        """Copy the step into the static buffers, replay the smallest graph that fits, return its
-        rows in the step's packed order. ``adapter_batch``: the step's, None when no token uses one."""
+            adapter_batch: Optional[Any] = None, size: Optional[int] = None) -> torch.Tensor:
+        """Copy the step into the static buffers, replay the smallest graph that fits (or that of
+        ``size`` sequences, a captured size that holds them), return its rows in the step's packed
+        order. ``adapter_batch``: the step's, None when no token uses one."""
         n, q = meta.num_seqs, meta.max_query_len
-        size = self._size(n, q)
+        size = self._size(n, q) if size is None else size
         lens = meta.query_lens_cpu
         self.block_tables[:n, : meta.block_tables.shape[1]].copy_(meta.block_tables)
         self.seq_lens[n:size].fill_(q)
@@ -140,8 +153,7 @@ class DecodeGraphs:
             else:
                 self.adapter_slots[:size * q].fill_(-1)
             self.seq_lens[:n].copy_(meta.seq_lens)
-            self.graphs[(size, q)].replay()
-            return self.outputs[(size, q)][:tokens]
+            return self._replay((size, q))[:tokens]
         rows = [b * q + i for b, length in enumerate(lens) for i in range(length)]
         host = to_device(rows + [q - length for length in lens], torch.int64, input_ids.device)
         rows_on_device, padding = host[: len(rows)], host[len(rows):]
@@ -153,5 +165,4 @@ class DecodeGraphs:
         if adapter_batch is not None:
             self.adapter_slots.index_copy_(0, rows_on_device, adapter_batch.slots)
         self.seq_lens[:n].copy_(meta.seq_lens + padding)
-        self.graphs[(size, q)].replay()
-        return self.outputs[(size, q)].index_select(0, rows_on_device)
+        return self._replay((size, q)).index_select(0, rows_on_device)

@@ -70,7 +70,8 @@ class Platform(Protocol):
     def decode_graphs(self, forward: Callable[..., torch.Tensor], max_batch: int, max_blocks_per_seq: int,
                       max_model_len: int, max_query_len: int, adapters: Any = None) -> Optional[Any]:
         """Captured decode steps (``fastllm.platforms.cuda_graphs.DecodeGraphs``'s interface:
-        ``can_run(meta)``, ``run(input_ids, positions, meta, adapter_batch)``), or None to run
+        ``can_run(meta)``, ``run(input_ids, positions, meta, adapter_batch, size)``, and for lockstep
+        data-parallel replicas ``sizes`` and ``fits_tables(meta)``), or None to run
         eagerly. ``adapters``: the engine's adapter manager, whose per-token slots become a
         captured input."""
         ...

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 
 from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
@@ -16,9 +18,11 @@ from fastllm.config import EngineConfig
 from fastllm.distributed.expert_dispatch import replica_token_counts
 from fastllm.distributed.parallel_state import (experts_over_replicas, is_last_stage, logits_to_driver, pp_size,
                                                 tp_size)
+from fastllm.distributed.replica_step import ReplicaPlan, agree_step, padding_rows
 from fastllm.layers.fused import use_kernels
 from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
+from fastllm.platforms.cuda_graphs import DecodeGraphs
 from fastllm.platforms.transfer import to_device
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
@@ -91,6 +95,7 @@ class ModelRunner:
                              if config.enable_lora else None)
         self.encoder = EncoderRunner(self.model, self.device) if hasattr(self.model, "encode_multimodal") else None
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
+        self.replica_rows: Optional[torch.Tensor] = None  # lockstep replicas: each one's real rows, padded steps
         self.last_sampled: Optional[SampledTokens] = None
         self.queued: Optional[QueuedLogits] = None
         self.profiler = StepProfiler(self.device)  # steps are counted by execute_model (or a worker's forward)
@@ -118,12 +123,19 @@ class ModelRunner:
         self._allocate_caches(num_blocks)
         if self.platform.warms_up_kernels:
             self.warm_up()
+        max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
+        max_blocks = min(num_blocks, -(-max_len // self.block_size))
+        forward = self._eager_forward
+        if experts_over_replicas():
+            self.replica_rows = torch.zeros(dist.get_world_size(), dtype=torch.long, device=self.device)
+            forward = self._padded_forward
         if self._use_graphs():
-            max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
             max_drafts = (self.config.speculative_config or {}).get("num_speculative_tokens", 0)
-            self.graphs = self.platform.decode_graphs(self._eager_forward, self.config.max_num_seqs,
-                                                      min(num_blocks, -(-max_len // self.block_size)), max_len,
+            self.graphs = self.platform.decode_graphs(forward, self.config.max_num_seqs, max_blocks, max_len,
                                                       max_query_len=1 + max_drafts, adapters=self.adapters)
+        if self.graphs is None and self._pads_eagerly():
+            self.graphs = DecodeGraphs(forward, self.config.max_num_seqs, max_blocks, max_len, self.device,
+                                       adapters=self.adapters)
         freeze_startup_heap()
 
     def _allocate_caches(self, num_blocks: int) -> None:
@@ -152,9 +164,11 @@ class ModelRunner:
     def idle_step(self) -> None:
         """One token through the model in block 0, which no sequence owns: a data-parallel
         replica with nothing scheduled keeps step with the others, whose MoE layers exchange
-        tokens with it every step."""
+        tokens with it every step (in a padded step its row is padding; where no replica has
+        work, none runs it)."""
         inputs = self._dummy_inputs([(1, 1)], first_block=0)
-        self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        self.adapter_batch = None
+        self._forward_in_lockstep(inputs.input_ids, inputs.positions, inputs.attn_metadata, work=False)
 
     def _dummy_inputs(self, shapes: list[tuple[int, int]], token_ids: Optional[list[int]] = None,
                       first_block: int = 1) -> ModelInputs:
@@ -180,6 +194,12 @@ class ModelRunner:
         receive."""
         return (not self.config.enforce_eager and pp_size() == 1
                 and (tp_size() == 1 or self.config.tp_cuda_graphs)
+                and getattr(self.backend, "cuda_graph_safe", False))
+
+    def _pads_eagerly(self) -> bool:
+        """Lockstep replicas without captured graphs (CPU) run the padded common-bucket decode
+        steps eagerly over the graphs' static buffers, where ``FASTLLM_DP_PADDED_EAGER=1`` (tests)."""
+        return (experts_over_replicas() and os.environ.get("FASTLLM_DP_PADDED_EAGER") == "1"
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     # ---- one step ---------------------------------------------------------------------------
@@ -220,8 +240,11 @@ class ModelRunner:
         Under tensor parallelism every rank makes this call, and each ``compute_logits``
         call, with the same inputs (rank 0's executor mirrors them): the layers' collectives
         pair up only when all ranks run the same sequence of them. Under pipeline parallelism a
-        large step runs as micro-batches, so that the stages overlap (``micro_batches``).
+        large step runs as micro-batches, so that the stages overlap (``micro_batches``). Lockstep
+        data-parallel replicas agree on each step first (``_forward_in_lockstep``).
         """
+        if experts_over_replicas():
+            return self._forward_in_lockstep(input_ids, positions, attn_metadata, multimodal)
         if multimodal is None and self.graphs is not None and self.graphs.can_run(attn_metadata):
             return self.graphs.run(input_ids, positions, attn_metadata, self.adapter_batch)
         count = micro_batch_count(input_ids.numel(), pp_size())
@@ -231,14 +254,46 @@ class ModelRunner:
                               for part in split_step(attn_metadata, count, self.device)])
         return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
 
+    def _forward_in_lockstep(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                             attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None,
+                             work: bool = True) -> Optional[torch.Tensor]:
+        """A data-parallel replica whose MoE layers meet the others': the replicas agree on the
+        step (``replica_step``), then all replay the decode graph of a common bucket, or all run
+        eagerly with their real token counts. ``work``: False for an idle replica's dummy step;
+        where no replica has work, none runs a forward (None)."""
+        graphs = self.graphs
+        graphable = (graphs is not None and multimodal is None and attn_metadata.max_query_len == 1
+                     and graphs.fits_tables(attn_metadata))
+        step = agree_step(ReplicaPlan(input_ids.shape[0], graphable, work), graphs.sizes if graphs else [],
+                          self.device)
+        if not step.work:
+            return None
+        if step.bucket is not None:
+            self.replica_rows.copy_(step.real_on_device)
+            return graphs.run(input_ids, positions, attn_metadata, self.adapter_batch, size=step.bucket)
+        return self._eager_forward(input_ids, positions, attn_metadata, multimodal, replica_tokens=step.counts)
+
+    def _padded_forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata,
+                        adapter_batch: Any = None) -> torch.Tensor:
+        """A decode graph's forward for lockstep replicas: every replica brings the graph's rows,
+        its real ones (``replica_rows``, set before each replay) first."""
+        rows = input_ids.shape[0]
+        return self._eager_forward(input_ids, positions, attn_metadata, adapter_batch=adapter_batch,
+                                   replica_tokens=[rows] * self.replica_rows.numel(),
+                                   replica_padding=padding_rows(self.replica_rows, rows))
+
     def _eager_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                        attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None,
-                       adapter_batch: Any = None) -> torch.Tensor:
-        """``adapter_batch``: a captured graph's, in place of the step's."""
+                       adapter_batch: Any = None, replica_tokens: Optional[list[int]] = None,
+                       replica_padding: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``adapter_batch``: a captured graph's, in place of the step's. ``replica_tokens``
+        (``replica_padding``): lockstep replicas' agreed counts (and padding rows); exchanged
+        here where not given (start-up passes)."""
         adapter_batch = self.adapter_batch if adapter_batch is None else adapter_batch
-        replica_tokens = replica_token_counts(input_ids.shape[0], self.device) if experts_over_replicas() else None
+        if replica_tokens is None and experts_over_replicas():
+            replica_tokens = replica_token_counts(input_ids.shape[0], self.device)
         with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, adapter_batch,
-                                            replica_tokens)):
+                                            replica_tokens, replica_padding)):
             if multimodal is not None:
                 return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)

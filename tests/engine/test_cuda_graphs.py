@@ -1,8 +1,9 @@
 """Decode through the CUDA-graph buffers: padded batches must not change a token.
 
-CPUs have no CUDA graphs, so here a "graph" replays the same forward eagerly over the static,
-padded buffers: what is checked is everything around the capture (padding rows that write no
-slot, the size ladder, copying each step into the buffers, slicing the output).
+CPUs have no CUDA graphs, so here the graphs are never captured and ``run`` runs the same forward
+eagerly over the static, padded buffers: what is checked is everything around the capture
+(padding rows that write no slot, the size ladder, copying each step into the buffers, slicing
+the output).
 """
 
 from __future__ import annotations
@@ -13,19 +14,8 @@ from fastllm import LLM, SamplingParams
 from fastllm.platforms.cuda_graphs import DecodeGraphs, capture_sizes
 
 
-class _EagerReplay:
-    """Stands in for a captured graph: runs the forward on the static buffers when replayed."""
-
-    def __init__(self, graphs: DecodeGraphs, key: tuple[int, int]):
-        self.graphs, self.key = graphs, key
-
-    def replay(self) -> None:
-        self.graphs.outputs[self.key] = self.graphs._forward(*self.key)
-
-
 def _eager_graphs(runner, max_batch: int, max_query_len: int = 1) -> DecodeGraphs:
     graphs = DecodeGraphs(runner._eager_forward, max_batch, 8, 128, runner.device, max_query_len, runner.adapters)
-    graphs.graphs = {key: _EagerReplay(graphs, key) for key in graphs.keys}
     runner.graphs = graphs
     return graphs
 
