@@ -188,7 +188,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
 
 COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of default_tilings
     "default": ({}, {}),
-    "3 stages (the previous default)": ({"num_stages": 3}, {"num_stages": 3}),
+    "4 stages": ({"num_stages": 4}, {"num_stages": 4}),
     "gate/up 5 stages": ({"num_stages": 5}, {}),
     "gate/up 16 columns": ({"block_n": 16}, {}),
     "gate/up K/2, 8 stages": ({"k_scale": 0.5, "num_stages": 8}, {}),

@@ -69,13 +69,12 @@ class MoeTiling:
     prefetch: bool = False
 
 
-ONE_PAIR_TILES = MoeTiling(16, 32, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
+ONE_PAIR_TILES = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
 """(gate/up, down) at one pair a block (batch-1 decode), in 2-byte K steps (``default_tilings``
 scales them). Each program streams its expert's tile from HBM (a decode step's experts are not in
 L2) in a short K loop: gate/up 16 steps of 16 KB at Qwen3-30B-A3B (8 in e4m3), down 6 (3), with
-``num_stages - 1`` of them in flight, so the loop waits out the memory latency once every
-``num_stages - 1`` steps. Deeper than grouped tiles, but at most ~64 KB of shared memory a
-program: ERNIE-4.5-21B-A3B's gate/up has 288 programs, which must fit the 132 SMs in one wave.
+``num_stages - 1`` of them in flight. Three stages beat four, five, split K, pair groups and L2
+prefetches on both MoE models in bf16 and e4m3 in the L2-cold H100 sweep (benchmarks/RESULTS.md).
 The place to change the decode tiles (``bench_fused_moe.py --cold`` sweeps the alternatives)."""
 
 
