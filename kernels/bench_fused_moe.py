@@ -193,25 +193,17 @@ COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of defaul
     "gate/up 16 columns": ({"block_n": 16}, {}),
     "gate/up K/2, 8 stages": ({"k_scale": 0.5, "num_stages": 8}, {}),
     "gate/up 8 warps": ({"num_warps": 8}, {}),
-    "gate/up prefetches down": ({"prefetch": True}, {}),
-    "down prefetch": ({}, {"prefetch": True}),
     "down K/2, 6 stages": ({}, {"k_scale": 0.5, "num_stages": 6}),
-    "down 2 pairs a program": ({}, {"pair_group": 2}),
-    "down 4 pairs a program": ({}, {"pair_group": 4}),
-    "down k pairs a program": ({}, {"pair_group": "k"}),
-    "down k pairs, 32 columns": ({}, {"pair_group": "k", "block_n": 32}),
-    "down prefetch, 2 pairs a program": ({}, {"prefetch": True, "pair_group": 2}),
-    "both prefetch": ({"prefetch": True}, {"prefetch": True}),
 }
-"""Each names tile fields to change (``k_scale`` multiplies block_k; pair_group ``k``: all a token's)."""
+"""Each names tile fields to change (``k_scale`` multiplies block_k). Down programs summing several
+of a token's pairs and L2 prefetches of the down weights lost to every default here on the H100
+(benchmarks/RESULTS.md) and were taken out of the kernel."""
 
 
-def adjusted(tiling: MoeTiling, changes: dict, top_k: int) -> MoeTiling:
+def adjusted(tiling: MoeTiling, changes: dict) -> MoeTiling:
     changes = dict(changes)
     if "k_scale" in changes:
         changes["block_k"] = int(tiling.block_k * changes.pop("k_scale"))
-    if changes.get("pair_group") == "k":
-        changes["pair_group"] = top_k
     return replace(tiling, **changes)
 
 
@@ -260,7 +252,7 @@ def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int,
     return ColdLayers(
         name, str(dtype).split(".")[-1] if plain else experts_format, tokens, top_k, stacks, routes, x,
         torch.randn(tokens * top_k, inner, device="cuda", dtype=dtype) / inner ** 0.5,
-        fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else False,
+        fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations,
         default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size()),
         sum(routed_bytes(ids, stacks[i % sets][0], stacks[i % sets][2].get("w13_scale"))
             for i, (_, ids) in enumerate(routes)) / layers,
@@ -271,24 +263,22 @@ def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int,
 
 def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
     """Time ``variant`` (or ``L2-hot``: the default tiles on layer 0 every time) on ``layers``."""
-    gate_up, down = (adjusted(tile, changes, layers.top_k)
+    gate_up, down = (adjusted(tile, changes)
                      for tile, changes in zip(layers.defaults, COLD_VARIANTS.get(variant, ({}, {}))))
     count = len(layers.routes)
     layer_of = (lambda i: 0) if variant == "L2-hot" else (lambda i: i)
     down_out = torch.empty_like(layers.x)
 
     def run_gate_up(i):
-        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        w13, _, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         grouped_gemm(layers.x, w13, layers.act, one_pair_blocks(layers.routes[layer_of(i)][1]), gate_up,
-                     layers.top_k, gated=True, fp8_activations=layers.fp8_activations,
-                     prefetch=w2 if gate_up.prefetch else None, **split_formats(formats)[0])
+                     layers.top_k, gated=True, fp8_activations=layers.fp8_activations, **split_formats(formats)[0])
 
     def run_down(i):
-        w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
+        _, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         topk_weights, topk_ids = layers.routes[layer_of(i)]
         grouped_gemm(layers.act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
-                     sum_pairs=layers.top_k, fp8_activations=layers.fp8_activations,
-                     prefetch=w2 if down.prefetch else None, **split_formats(formats)[1])
+                     sum_pairs=layers.top_k, fp8_activations=layers.fp8_activations, **split_formats(formats)[1])
 
     def run_layer(i):
         w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]

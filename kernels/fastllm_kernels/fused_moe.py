@@ -9,9 +9,7 @@ move. The k rows of a token are summed by one reduction, in a fixed order (deter
 unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes). At decode
 (one pair a block) the down GEMM sums them itself: the k programs of a token's column tile park
 their rows, and the last to arrive adds them in slot order (``fastllm_kernels.split_k``),
-so no reduction launch follows; a program may take several of the token's pairs in one loop
-(``MoeTiling.pair_group``), fewer programs meeting. The down weights can be requested into L2
-before the down GEMM needs them (``MoeTiling.prefetch``): a decode step's experts come from HBM.
+so no reduction launch follows.
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
@@ -27,7 +25,6 @@ the one activation row, repeated, its right.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, replace
 
@@ -35,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastllm_kernels.device import compiled_nvidia, fp8_tensor_cores
+from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
 from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
@@ -53,11 +50,7 @@ FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
 @dataclass(frozen=True)
 class MoeTiling:
     """One grouped GEMM's tile: ``block_m`` pairs (the alignment unit) by ``block_n`` output
-    columns (gate and up each, in the gated GEMM) by ``block_k`` inputs a step. One pair a block
-    only: ``pair_group``, pairs of a token a down-GEMM program sums in its own loop (its gcd with
-    k; the rest meet through the split-K workspace); ``prefetch``, ``fused_experts`` asks L2 for
-    the down weights early (``grouped_gemm``'s ``prefetch``): from gate/up, after its stream, or
-    in the down GEMM, before its PDL wait."""
+    columns (gate and up each, in the gated GEMM) by ``block_k`` inputs a step."""
 
     block_m: int
     block_n: int
@@ -65,22 +58,20 @@ class MoeTiling:
     group_m: int = 1
     num_warps: int = 4
     num_stages: int = 3
-    pair_group: int = 1
-    prefetch: bool = False
 
 
 ONE_PAIR_TILES = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
 """(gate/up, down) at one pair a block (batch-1 decode), in 2-byte K steps (``default_tilings``
 scales them). Each program streams its expert's tile from HBM (a decode step's experts are not in
 L2) in a short K loop: gate/up 16 steps of 16 KB at Qwen3-30B-A3B (8 in e4m3), down 6 (3), with
-``num_stages - 1`` of them in flight. Three stages beat four, five, split K, pair groups and L2
-prefetches on both MoE models in bf16 and e4m3 in the L2-cold H100 sweep (benchmarks/RESULTS.md).
-The place to change the decode tiles (``bench_fused_moe.py --cold`` sweeps the alternatives)."""
+``num_stages - 1`` of them in flight. Three stages beat four to eight, split K, 8 warps, down
+programs summing several pairs and L2 prefetches on both MoE models in bf16 and e4m3 in the L2-cold
+H100 sweep (``bench_fused_moe.py --cold``; benchmarks/RESULTS.md)."""
 
 
 def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
                     weight_size: int = 2) -> tuple[MoeTiling, MoeTiling]:
-    """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweep of
+    """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweeps of
     ``bench_fused_moe.py`` (bf16). One pair a block: ``ONE_PAIR_TILES``. A few (small batches):
     the product is a weight stream, so thin tiles give many programs. Many (prefill): wide
     tensor-core tiles, grouped along M so an expert's weight tile serves its row blocks from L2.
@@ -262,41 +253,26 @@ def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, SWAP_AB: tl.constexpr
 
 
 @triton.jit
-def _prefetch_l2(expert_base, start, span, expert_bytes, LINES: tl.constexpr):
-    """Ask L2 for bytes ``[start, start + span)`` of one expert's weights (``expert_base``, a byte
-    pointer; at most its ``expert_bytes``), a 128-byte line a request, ``LINES`` requests a round:
-    nothing waits on them, and they stay ahead of the streams that evict normally."""
-    for line in range(start, tl.minimum(start + span, expert_bytes), LINES * 128):
-        offsets = tl.minimum(line + tl.arange(0, LINES) * 128, expert_bytes - 1)
-        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                                  [expert_base + offsets], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
-    ws_ptr, lock_ptr, pf_ptr, N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn,
-    stride_om, up_rows, pf_stride_e, pf_span, ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr,
-    GATED: tl.constexpr, WEIGHTED: tl.constexpr, SUM_PAIRS: tl.constexpr, PAIRS: tl.constexpr,
+    ws_ptr, lock_ptr, N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
+    up_rows, ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
+    SUM_PAIRS: tl.constexpr,
     FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
     FP8_ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
     ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
     ``WEIGHTED``: rows scaled by the pair's routing weight. Padding slots load no ``a`` row and
     store nothing; weight columns past N re-read column N - 1 (no mask on the weight stream).
     ``ONE_PAIR``: block ``p`` is pair ``p`` (row 0) and padding; with ``SUM_PAIRS`` (k) > 1 the
-    output row is the pair's token, the sum of its k pairs: a program takes ``PAIRS`` of them in
-    turn (one loop, flattened), and the k / ``PAIRS`` programs of a token meet in
-    ``write_split_output``. Quantized W (``_weight_tile``):
+    output row is the pair's token, the sum of its k pairs. Quantized W (``_weight_tile``):
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
     each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot.
     ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``; at
-    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened.
-    ``PREFETCH`` (one pair a block): bytes ``pid_n * pf_span`` on of each pair's expert in
-    ``pf_ptr`` requested into L2, 1: before the PDL wait (the experts were picked two launches
-    back: the down GEMM's own tiles), 2: after the K loop (the down weights, from gate/up)."""
+    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened."""
+    wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
     in_group = GROUP_M * n_tiles
@@ -304,92 +280,79 @@ def _grouped_gemm_kernel(
     size_m = tl.minimum(num_blocks - first_m, GROUP_M)
     pid_m = first_m + pid % in_group % size_m
     pid_n = pid % in_group // size_m
-    if PREFETCH == 1:
-        for j in range(PAIRS):
-            pf_expert = tl.load(expert_ids_ptr + pid_m * PAIRS + j).to(tl.int64)
-            _prefetch_l2(pf_ptr + pf_expert * pf_stride_e, pid_n * pf_span, pf_span, pf_stride_e, 256)
-    wait_for_inputs(PDL)
+    if ONE_PAIR:
+        pairs = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_pairs).to(tl.int64)
+    else:
+        if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+            return
+        pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    row_in = pairs < num_pairs
+    a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     w_cols = tl.minimum(cols, N - 1).to(tl.int64)
+    w_rows = w_ptr + expert * stride_we + w_cols[:, None] * stride_wn
+    s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
+    z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
     # one real row, fp8: quantized as a vector and repeated across the tile's columns, the weights
     # the dot's left operand (Hopper's e4m3 dot needs 64 rows: weights, not copies of a row); gated,
     # the gate rows and the up rows stacked into one operand
     SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
     STACKED: tl.constexpr = SWAP_AB and GATED
-    if not ONE_PAIR:  # one block a program
-        if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
-            return
-    total = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for j in tl.range(0, PAIRS, flatten=PAIRS > 1):
-        block = pid_m * PAIRS + j
-        if ONE_PAIR:
-            pairs = tl.where(tl.arange(0, BLOCK_M) == 0, block, num_pairs).to(tl.int64)
-        else:
-            pairs = tl.load(sorted_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-        expert = tl.load(expert_ids_ptr + block).to(tl.int64)
-        row_in = pairs < num_pairs
-        a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
-        w_rows = w_ptr + expert * stride_we + w_cols[:, None] * stride_wn
-        s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
-        z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
-        if STACKED:
-            stacked = tl.arange(0, 2 * BLOCK_N)
-            w_rows = w_ptr + expert * stride_we + (tl.minimum(pid_n * BLOCK_N + stacked % BLOCK_N, N - 1)
-                                                   + (stacked >= BLOCK_N) * up_rows).to(tl.int64)[:, None] * stride_wn
+    if STACKED:
+        stacked = tl.arange(0, 2 * BLOCK_N)
+        w_rows = w_ptr + expert * stride_we + (tl.minimum(pid_n * BLOCK_N + stacked % BLOCK_N, N - 1)
+                                               + (stacked >= BLOCK_N) * up_rows).to(tl.int64)[:, None] * stride_wn
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N * (2 if STACKED else 1), BLOCK_M), dtype=tl.float32)
+        acc_up = acc
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a_scale = 1.0
         if SWAP_AB:
-            acc = tl.zeros((BLOCK_N * (2 if STACKED else 1), BLOCK_M), dtype=tl.float32)
-            acc_up = acc
+            a, a_scale = _e4m3_rows(tl.load(a_ptr + pid_m.to(tl.int64) // ROWS_PER_A * stride_am + k0 + ks,
+                                            mask=k0 + ks < K, other=0.0))
+            a = tl.broadcast_to(a[:, None], (BLOCK_K, BLOCK_M))
         else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            a_scale = 1.0
-            if SWAP_AB:
-                a, a_scale = _e4m3_rows(tl.load(a_ptr + block.to(tl.int64) // ROWS_PER_A * stride_am + k0 + ks,
-                                                mask=k0 + ks < K, other=0.0))
-                a = tl.broadcast_to(a[:, None], (BLOCK_K, BLOCK_M))
+            if EVEN_K:
+                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
             else:
-                if EVEN_K:
-                    a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
-                else:
-                    a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
-                if FP8_ACT:
-                    a, a_scale = _e4m3_rows(a)
-            w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
-                             BLOCK_K, EVEN_K, a.dtype)
-            acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-            if GATED and not STACKED:
-                up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
-                                  z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
-                                  BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
-                acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-        if PREFETCH == 2:
-            _prefetch_l2(pf_ptr + expert * pf_stride_e, pid_n * pf_span, pf_span, pf_stride_e, 256)
-        if STACKED:
-            acc, acc_up = tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_N, BLOCK_M)), (1, 2, 0)))
-        if SWAP_AB:  # every row the pair's
-            acc = tl.trans(acc)
-            acc_up = tl.trans(acc_up)
-        if FP8:
-            scales = scale_ptr + expert * stride_se + w_cols
-            acc *= tl.load(scales)[None, :]
-            if GATED:
-                acc_up *= tl.load(scales + up_rows)[None, :]
+                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
+            if FP8_ACT:
+                a, a_scale = _e4m3_rows(a)
+        w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
+                         BLOCK_K, EVEN_K, a.dtype)
+        acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+        if GATED and not STACKED:
+            up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
+                              z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
+                              BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
+            acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+    if STACKED:
+        acc, acc_up = tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_N, BLOCK_M)), (1, 2, 0)))
+    if SWAP_AB:  # every row the pair's
+        acc = tl.trans(acc)
+        acc_up = tl.trans(acc_up)
+    if FP8:
+        scales = scale_ptr + expert * stride_se + w_cols
+        acc *= tl.load(scales)[None, :]
         if GATED:
-            acc = acc / (1.0 + tl.exp(-acc)) * acc_up
-        if WEIGHTED:
-            acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
-        if SUM_PAIRS > 1:  # rows past 0 have no routing weight: zero
-            total += tl.sum(acc, 0)
-        else:
-            out_ptrs = out_ptr + pairs[:, None] * stride_om + cols[None, :]
-            tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
-    if SUM_PAIRS > 1:  # the token's programs are its K splits, PAIRS pairs each
-        token = pid_m * PAIRS // SUM_PAIRS
-        write_split_output(total[None, :], token + tl.arange(0, 1), cols, num_pairs // SUM_PAIRS, N, out_ptr,
-                           stride_om, ws_ptr, lock_ptr, token * n_tiles + pid_n, pid_m % (SUM_PAIRS // PAIRS),
-                           SUM_PAIRS // PAIRS)
+            acc_up *= tl.load(scales + up_rows)[None, :]
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if WEIGHTED:
+        acc *= tl.load(topk_w_ptr + pairs, mask=row_in, other=0.0).to(tl.float32)[:, None]
+    if SUM_PAIRS > 1:  # rows past 0 have no routing weight: zero; the token's slot is this program's K split
+        token = pid_m // SUM_PAIRS
+        write_split_output(tl.sum(acc, 0)[None, :], token + tl.arange(0, 1), cols, num_pairs // SUM_PAIRS, N,
+                           out_ptr, stride_om, ws_ptr, lock_ptr, token * n_tiles + pid_n, pid_m % SUM_PAIRS,
+                           SUM_PAIRS)
+    else:
+        out_ptrs = out_ptr + pairs[:, None] * stride_om + cols[None, :]
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_in[:, None] & (cols < N)[None, :])
 
 
 def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tensor | None,
@@ -421,16 +384,12 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
                  rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
                  w_scale: torch.Tensor | None = None, w_zero: torch.Tensor | None = None,
                  book: torch.Tensor | None = None, sum_pairs: int = 1,
-                 fp8_activations: bool = False, prefetch: torch.Tensor | None = None) -> torch.Tensor:
+                 fp8_activations: bool = False) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
     (twice N gated), K]`` (a's dtype, or quantized: ``_weight_format``); rows of ``a`` are tokens
     (``rows_per_a`` = k) or pairs (1). ``sum_pairs`` = k (one pair a block only): ``out [tokens,
     N]``, each token's k pairs summed. ``fp8_activations`` (e4m3 ``w``): an fp8 x fp8 product, the
-    rows of ``a`` quantized to e4m3 a K step at a time. ``prefetch`` (one pair a block, compiled
-    for NVIDIA; else ignored): contiguous expert weights to request into L2 for each pair's expert.
-    ``w`` itself: each program its own tiles before the PDL wait, so only where the experts were
-    picked before the launch ahead of this one (the down GEMM after gate/up). Other weights (the
-    down GEMM's, from gate/up): each program an equal share of its pair's expert after its stream."""
+    rows of ``a`` quantized to e4m3 a K step at a time."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
@@ -441,37 +400,20 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
                          f"fp8 MMA's), not {tiling.block_k}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
-    pairs_a_program = math.gcd(tiling.pair_group, sum_pairs)
     w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
-    n_tiles = triton.cdiv(n, tiling.block_n)
-    grid = (blocks.num_blocks // pairs_a_program * n_tiles,)
+    grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
     workspace, counters = scratch(a.device)
     _grouped_gemm_kernel[grid](
         a_ptr=a, w_ptr=w, out_ptr=out, sorted_ptr=blocks.sorted_pairs, expert_ids_ptr=blocks.expert_ids,
         num_padded_ptr=blocks.num_padded, topk_w_ptr=out if topk_weights is None else topk_weights,
         ws_ptr=workspace, lock_ptr=counters, N=n, K=k, num_pairs=out.shape[0] * sum_pairs,
-        num_blocks=blocks.num_blocks // pairs_a_program, stride_am=a.stride(0), stride_we=w.stride(0),
+        num_blocks=blocks.num_blocks, stride_am=a.stride(0), stride_we=w.stride(0),
         stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
-        PAIRS=pairs_a_program, ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None,
-        BLOCK_M=tiling.block_m, BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m,
-        EVEN_K=k % block_k == 0, FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype),
-        num_warps=tiling.num_warps, num_stages=tiling.num_stages, **fmt,
-        **_prefetch_args(prefetch, w, tiling.block_n, n_tiles, blocks.block_m is None), **pdl_launch(a.device))
+        ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
+        BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
+        FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
+        num_stages=tiling.num_stages, **fmt, **pdl_launch(a.device))
     return out
-
-
-def _prefetch_args(prefetch: torch.Tensor | None, w: torch.Tensor, block_n: int, n_tiles: int,
-                   one_pair: bool) -> dict:
-    """The kernel's L2 requests (``grouped_gemm``'s ``prefetch``): which, of what, how many bytes a program."""
-    if prefetch is None or not one_pair or not compiled_nvidia(prefetch.device):
-        return {"pf_ptr": w, "pf_stride_e": 0, "pf_span": 0, "PREFETCH": 0}
-    if not prefetch.is_contiguous():
-        raise ValueError("weights to prefetch must be contiguous")
-    expert_bytes = prefetch[0].numel() * prefetch.element_size()
-    own = prefetch.data_ptr() == w.data_ptr()
-    span = block_n * (expert_bytes // prefetch.shape[1]) if own else triton.cdiv(expert_bytes, n_tiles * 128) * 128
-    return {"pf_ptr": prefetch.view(torch.uint8), "pf_stride_e": expert_bytes, "pf_span": span,
-            "PREFETCH": 1 if own else 2}
 
 
 def fp8_activations_default(w13: torch.Tensor, num_pairs: int) -> bool:
@@ -517,14 +459,12 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     else:
         blocks = moe_align_block_size(topk_ids, gate_up.block_m, num_experts)
     act = hidden.new_empty((num_pairs, inner))
-    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale,
-                 prefetch=w2 if gate_up.prefetch else None, **formats[0])
+    grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale, **formats[0])
     weights = topk_weights.reshape(-1)
     if blocks.block_m is None and top_k * hidden.numel() <= WORKSPACE_FLOATS and (
             tokens * triton.cdiv(hidden.shape[1], down.block_n) <= TILE_COUNTERS):
         return grouped_gemm(act, w2, torch.empty_like(hidden), blocks, down, 1, gated=False, topk_weights=weights,
-                            w_scale=w2_scale, sum_pairs=top_k, prefetch=w2 if down.prefetch else None,
-                            **formats[1])
+                            w_scale=w2_scale, sum_pairs=top_k, **formats[1])
     if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
     per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))

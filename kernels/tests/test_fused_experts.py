@@ -79,28 +79,6 @@ def test_expert_chosen_twice_by_a_token_counts_twice(experts):
     assert not scratch(torch.device(DEVICE))[1].any()  # one pair a block: the pairs' sum reset its counters
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tokens,top_k,tilings", [
-    # every pair of a token in one down program (no workspace); both prefetches (GPU only: L2 requests)
-    (2, 4, (MoeTiling(16, 32, 32, prefetch=True), MoeTiling(16, 32, 32, pair_group=4, prefetch=True))),
-    # gcd(4, 6) = 2 pairs a program, three programs a token meet; K steps that do not divide K (48)
-    (1, 6, (MoeTiling(16, 16, 32), MoeTiling(16, 64, 32, pair_group=4, num_stages=2))),
-    (1, 6, (MoeTiling(16, 16, 64, prefetch=True), MoeTiling(16, 16, 16, pair_group=3, prefetch=True))),
-])
-def test_one_pair_a_block_down_takes_pairs_in_groups(dtype, tokens, top_k, tilings):
-    """The down GEMM summing a token's pairs ``pair_group`` a program; one token's first two slots
-    on one expert, most experts without a pair."""
-    x = randn(tokens, 40, dtype=dtype)
-    w13, w2 = moe_weights(64, 40, 48, dtype)
-    topk_weights, topk_ids = routing(tokens, 64, top_k, used=9)
-    topk_ids[0, 1] = topk_ids[0, 0]
-
-    out = fused_experts(x, w13, w2, topk_weights, topk_ids, tilings=tilings)
-
-    assert rel_err(out, dense_moe(x, w13, w2, topk_weights, topk_ids)) < TOLERANCE[dtype]
-    assert not scratch(torch.device(DEVICE))[1].any()
-
-
 @pytest.mark.parametrize("pairs,experts,block_m", [(1, 4, 16), (45, 7, 16), (300, 64, 32)])
 def test_alignment_groups_pairs_by_expert_in_padded_blocks(pairs, experts, block_m):
     ids = torch.randint(0, experts, (pairs,), device=DEVICE)
@@ -267,7 +245,6 @@ def exact_in_e4m3_steps(rows, k, block_k, dtype):
 @pytest.mark.parametrize("experts,one_pair,tiling", [
     (16, True, MoeTiling(16, 32, 32)),  # decode (k pairs summed); K steps 32: three of hidden's, two of inner's
     (16, True, MoeTiling(16, 64, 64)),  # a second column tile past N; K steps that do not divide hidden (96)
-    (16, True, MoeTiling(16, 64, 32, pair_group=2, prefetch=True)),  # a token's two pairs in one down program
     (4, False, MoeTiling(16, 32, 32)),  # grouped
 ])
 def test_fp8_activations_product_exact_on_e4m3_inputs(dtype, experts, one_pair, tiling):
@@ -286,13 +263,12 @@ def test_fp8_activations_product_exact_on_e4m3_inputs(dtype, experts, one_pair, 
     x = exact_in_e4m3_steps(tokens, hidden, tiling.block_k, dtype)
     act = exact_in_e4m3_steps(tokens * top_k, inner, tiling.block_k, dtype)
 
-    prefetch = q2 if tiling.prefetch else None  # gate/up: the down weights; down: its own (GPU only)
     gate_up = grouped_gemm(x, q13, nan_like(act), blocks, tiling, top_k, gated=True, w_scale=s13,
-                           fp8_activations=True, prefetch=prefetch)
+                           fp8_activations=True)
     sum_pairs = top_k if one_pair else 1
     down = grouped_gemm(act, q2, nan_like(x.new_empty(tokens * top_k // sum_pairs, hidden)), blocks, tiling, 1,
                         gated=False, topk_weights=topk_weights.reshape(-1), w_scale=s2, sum_pairs=sum_pairs,
-                        fp8_activations=True, prefetch=prefetch)
+                        fp8_activations=True)
 
     gate, up = torch.einsum("ph,pih->pi", x.double().repeat_interleave(top_k, 0), d13[pair_experts]).chunk(2, -1)
     per_pair = torch.einsum("pi,phi->ph", act.double(), d2[pair_experts]) * topk_weights.reshape(-1, 1).double()
@@ -347,7 +323,8 @@ def test_fp8_activations_match_their_torch_emulation_and_the_float_product(dtype
     emulated = fp8_activation_moe(x, d13, d2, topk_weights, topk_ids, [tiling.block_k for tiling in tilings])
     # fp8 accumulation on the tensor cores, and activations that land on the other side of an e4m3
     # rounding boundary than in the emulation (the kernel's scale rounds differently), each off by up
-    # to 2^-4 of itself: 1.2e-3 and 2.6e-3 seen on an H100 at 70 tokens (grouped blocks) in float32.
-    # A scale applied wrongly is off by a power of two, a wrong tile by O(1): both far above 1e-2
-    assert rel_err(out, emulated) < max(TOLERANCE[dtype], 1e-2)
+    # to 2^-4 of itself: on an H100, six seeds of each case here reached 1.03e-2 (bfloat16, 70 tokens)
+    # and 9.8e-3 (float32, one token), and a run of this test failed a 1e-2 bound at two tokens in
+    # float16. A scale applied wrongly is off by a power of two, a wrong tile by O(1): both far above 3e-2
+    assert rel_err(out, emulated) < 3e-2
     assert rel_err(out, dense_moe(x, d13, d2, topk_weights, topk_ids)) < FP8_ACTIVATION_ERROR
