@@ -23,6 +23,7 @@ from fastllm.layers.fused import use_kernels
 from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
 from fastllm.platforms.cuda_graphs import DecodeGraphs
+from fastllm.platforms.step_profiler import StepProfiler
 from fastllm.platforms.transfer import to_device
 from fastllm.quantization import build_quantizer, load_weights
 from fastllm.sampling.batch import SamplingBatch, SamplingRow
@@ -35,7 +36,6 @@ from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, 
                                         pack_inputs)
 from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.worker.pending_step import PendingStep, SampledRows, SequenceResult
-from fastllm.worker.step_profiler import StepProfiler
 from fastllm.worker.scheduler_output import SchedulerOutput
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fastllm import LLM, SamplingParams
-from fastllm.worker.step_profiler import DIR_ENV, STEPS_ENV, parse_windows
+from fastllm.platforms.step_profiler import DIR_ENV, STEPS_ENV, parse_windows
 
 
 def test_windows_parse_in_order_and_bad_specs_are_refused():
