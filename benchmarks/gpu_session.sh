@@ -301,10 +301,11 @@ lamport2)  # two GPUs: the barrier-free all-reduce's GPU tests and latency by si
 tpoffline2|tpprofile2)  # two GPUs: Llama-3-8B offline, the issue's 1000 x (1024 in / 256 out), TP=2 against TP=1,
   # each from an empty Triton cache (no run finds what the other compiled) under rank 0's step timeline;
   # tpprofile2 adds every rank's traces of the steps WINDOWS names (FASTLLM_TORCH_PROFILER_*), summed up by
-  # trace_summary.py. EXTRA: more engine flags for both runs, named by SUFFIX (e.g. _s512)
+  # trace_summary.py. EXTRA: more engine flags for both runs, named by SUFFIX (e.g. _s512); TPS: which runs
+  # (e.g. `FASTLLM_LAMPORT_MAX_KIB=4096 TPS=2 SUFFIX=_lamport4m`: the barrier-free all-reduce up to 4 MiB)
   OUT=$GATHERED
   TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
-  for TP in 2 1; do
+  for TP in ${TPS:-2 1}; do
     TAG=tp$TP${SUFFIX:-}; TRACES=""; [ $PHASE = tpprofile2 ] && TRACES=/tmp/traces/$TAG
     TRITON_CACHE_DIR=/tmp/triton_$TAG FASTLLM_TORCH_PROFILER_DIR=$TRACES \
       FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-60:2,400:2} TAIL=16 lane offline_$TAG 200 \

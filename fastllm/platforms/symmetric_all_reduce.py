@@ -9,7 +9,8 @@ used. 16-bit rows up to ``lamport_max_bytes`` skip torch's kernels for one that 
 barrier and can fold in the residual add and RMSNorm that follow a row-parallel layer
 (``fastllm_kernels.lamport_all_reduce``). The limits come from ``benchmarks/all_reduce.py`` on
 two NVLink H100s (see benchmarks/RESULTS.md); ``FASTLLM_SYMM_MEM_ALL_REDUCE=0`` turns this path
-off, ``FASTLLM_LAMPORT_ALL_REDUCE=0`` the barrier-free kernel alone.
+off, ``FASTLLM_LAMPORT_ALL_REDUCE=0`` the barrier-free kernel alone, ``FASTLLM_LAMPORT_MAX_KIB``
+moves its limit.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ logger = logging.getLogger("fastllm")
 ONE_SHOT_MAX_BYTES = 256 * 1024
 TWO_SHOT_MAX_BYTES = 4 * 1024 * 1024
 LAMPORT_MAX_BYTES = 256 * 1024
+LAMPORT_MAX_KIB_ENV = "FASTLLM_LAMPORT_MAX_KIB"
+"""The barrier-free kernel's largest message in KiB (its buffers hold three slots a peer of it)."""
 _ONE_SHOT_COPY = getattr(torch.ops.symm_mem, "one_shot_all_reduce_copy", None)  # torch >= 2.8
 
 
@@ -106,9 +109,18 @@ def symmetric_all_reduce(group: Optional[dist.ProcessGroup], device: torch.devic
         return None
     if os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0":
         return None
-    lamport = LAMPORT_MAX_BYTES if os.environ.get("FASTLLM_LAMPORT_ALL_REDUCE", "1") != "0" else 0
     try:
-        return SymmetricAllReduce(group or dist.group.WORLD, device, lamport_max_bytes=lamport)
+        return SymmetricAllReduce(group or dist.group.WORLD, device, lamport_max_bytes=barrier_free_max_bytes())
     except Exception as exc:  # no peer access, or a torch without the ops: best effort, said once
         logger.warning("symmetric-memory all-reduce unavailable (%s); NCCL does every all-reduce", exc)
         return None
+
+
+def barrier_free_max_bytes() -> int:
+    """The barrier-free kernel's largest message as the environment sets it (0: turned off)."""
+    if os.environ.get("FASTLLM_LAMPORT_ALL_REDUCE", "1") == "0":
+        return 0
+    kib = os.environ.get(LAMPORT_MAX_KIB_ENV, str(LAMPORT_MAX_BYTES // 1024))
+    if not kib.isdigit():
+        raise ValueError(f"{LAMPORT_MAX_KIB_ENV}={kib!r}: expected a whole number of KiB")
+    return int(kib) * 1024
