@@ -62,6 +62,14 @@ class LLM:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
+    def start_profile(self) -> None:
+        """Record every GPU's (or CPU's) work from now until ``stop_profile``: a torch.profiler
+        trace a process, into ``FASTLLM_TORCH_PROFILER_DIR`` (which must be set)."""
+        self.engine.start_profile()
+
+    def stop_profile(self) -> None:
+        self.engine.stop_profile()
+
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers or data-parallel replicas, if any; the LLM is unusable afterwards."""
         self.engine.shutdown()

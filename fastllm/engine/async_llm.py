@@ -232,6 +232,12 @@ class AsyncLLM:
     async def remove_adapter(self, adapter_id: int) -> bool:
         return await self.call(lambda engine: engine.remove_adapter(adapter_id))
 
+    async def start_profile(self) -> None:
+        await self.call(lambda engine: engine.start_profile())
+
+    async def stop_profile(self) -> None:
+        await self.call(lambda engine: engine.stop_profile())
+
     async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
         """``fn(engine)`` run between two steps on the engine thread; its result or its exception."""
         loop = asyncio.get_running_loop()

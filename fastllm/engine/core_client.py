@@ -138,6 +138,12 @@ class EngineCoreClient:
     async def remove_adapter(self, adapter_id: int) -> bool:
         return await self._call("remove_adapter", adapter_id)
 
+    async def start_profile(self) -> None:
+        await self._call("start_profile")
+
+    async def stop_profile(self) -> None:
+        await self._call("stop_profile")
+
     async def _call(self, method: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         future = loop.create_future()

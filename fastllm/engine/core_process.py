@@ -29,7 +29,7 @@ from fastllm.engine.output_processor import OutputKind, RequestDelta
 logger = logging.getLogger("fastllm")
 
 # what the front end may call on the engine, by name: adapter management
-ENGINE_CALLS = frozenset({"add_adapter", "remove_adapter"})
+ENGINE_CALLS = frozenset({"add_adapter", "remove_adapter", "start_profile", "stop_profile"})
 
 
 class Outbox:

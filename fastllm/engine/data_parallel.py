@@ -35,6 +35,7 @@ from fastllm.engine.llm_engine import LLMEngine, load_model_files, select_platfo
 from fastllm.engine.output_processor import OutputKind
 from fastllm.executor.worker_group import JOIN_TIMEOUT_S, WorkerError
 from fastllm.outputs import RequestOutput
+from fastllm.platforms.step_profiler import profile_directory
 from fastllm.sampling_params import SamplingParams
 
 
@@ -82,6 +83,9 @@ def run_replica(config: EngineConfig, num_threads: int, conn: Connection,
                 except RequestError as exc:
                     conn.send(("rejected", (str(exc), exc.code)))
                     continue
+                conn.send(("ok", None))
+            elif method == "profile":
+                engine.runner.profile(*args)
                 conn.send(("ok", None))
             elif method == "abort_request":
                 relay.prompts.pop(args[0], None)
@@ -272,6 +276,17 @@ class DataParallelEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._owner) or bool(self._ready)
+
+    def start_profile(self) -> None:
+        """``LLMEngine.start_profile`` on every replica (the directory checked here first: a replica
+        that failed the call would stop)."""
+        profile_directory()
+        for replica in self.replicas:
+            self._call(replica, "profile", True)
+
+    def stop_profile(self) -> None:
+        for replica in self.replicas:
+            self._call(replica, "profile", False)
 
     def shutdown(self) -> None:
         """Stop the replicas (this process froze no heap: its engines live in theirs)."""

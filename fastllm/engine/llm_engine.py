@@ -285,6 +285,14 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def start_profile(self) -> None:
+        """Record every rank's work from now until ``stop_profile`` into ``FASTLLM_TORCH_PROFILER_DIR``
+        (``fastllm.platforms.step_profiler``)."""
+        self.runner.profile(True)
+
+    def stop_profile(self) -> None:
+        self.runner.profile(False)
+
     def shutdown(self) -> None:
         """Stop the runner's workers, if any, and let the collector reclaim the engine once dropped."""
         self.runner.shutdown()

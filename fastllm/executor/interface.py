@@ -41,6 +41,10 @@ class Executor(Protocol):
         """Peak activation bytes of the largest batch, for ``Platform.kv_cache_budget``."""
         ...
 
+    def profile(self, start: bool) -> None:
+        """Start or stop recording every rank's work (``fastllm.platforms.step_profiler``)."""
+        ...
+
     def shutdown(self) -> None:
         """Release worker processes, if any; the executor is unusable afterwards."""
         ...

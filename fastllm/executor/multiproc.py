@@ -120,6 +120,13 @@ class MultiprocExecutor:
         budgets = self.workers.gather()
         return peak + own - min(own, *budgets)
 
+    def profile(self, start: bool) -> None:
+        """Rank 0 first (it fails where no directory is set), then every worker, into rank 0's directory."""
+        profiler = self.runner.profiler
+        profiler.switch(start)
+        self.workers.request("profile", start, profiler.directory)
+        self.workers.gather()
+
     def shutdown(self) -> None:
         self._finalizer()
 

@@ -42,5 +42,8 @@ class UniprocExecutor:
     def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
         return self.runner.profile_peak_bytes(num_tokens, max_model_len, max_num_seqs)
 
+    def profile(self, start: bool) -> None:
+        self.runner.profiler.switch(start)
+
     def shutdown(self) -> None:
         """Nothing to release: the runner's tensors go with the executor."""

@@ -71,6 +71,9 @@ class Worker:
         if method == "prepare_step":
             self.runner.adapter_batch = result
 
+    def profile(self, start: bool, directory: str) -> None:
+        self.runner.profiler.switch(start, directory)
+
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)
 

@@ -6,6 +6,7 @@ registry) may share one engine, and whoever made the engine shuts it down.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -30,6 +31,7 @@ from fastllm.entrypoints.openai.serving_chat import ChatServing
 from fastllm.entrypoints.openai.serving_completion import CompletionServing
 from fastllm.entrypoints.openai.serving_context import ServingContext
 from fastllm.metrics import EngineStatsCollector, ServingMetrics
+from fastllm.platforms.step_profiler import DIR_ENV as PROFILER_DIR_ENV
 
 
 def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
@@ -79,6 +81,17 @@ def build_app(engine: AsyncLLM, config: ServerConfig) -> FastAPI:
         @app.post("/v1/unload_lora_adapter")
         async def unload_lora_adapter(request: UnloadLoRAAdapterRequest) -> Response:
             return Response(await ctx.unload_adapter(request.lora_name))
+
+    if os.environ.get(PROFILER_DIR_ENV):  # the operator's switch, as vLLM's: traces go to that directory
+        @app.post("/start_profile")
+        async def start_profile() -> Response:
+            await engine.start_profile()
+            return Response(status_code=200)
+
+        @app.post("/stop_profile")
+        async def stop_profile() -> Response:
+            await engine.stop_profile()
+            return Response(status_code=200)
 
     @app.post("/v1/completions")
     async def create_completion(request: CompletionRequest, raw: Request) -> Response:

@@ -1,8 +1,8 @@
 """API-key and body-size checks as a plain ASGI middleware, so they run before any body is read.
 
 A request without a valid key costs the server one header lookup: no JSON parsing,
-no tokenization, no engine work. Only the OpenAI routes (``/v1/...``) need a key;
-``/health``, ``/version`` and ``/metrics`` stay open for probes and scrapers.
+no tokenization, no engine work. The OpenAI routes (``/v1/...``) and the profiler's switches need
+a key; ``/health``, ``/version`` and ``/metrics`` stay open for probes and scrapers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fastllm.entrypoints.openai.errors import error_body
 
-PROTECTED_PREFIX = "/v1"
+PROTECTED_PREFIXES = ("/v1", "/start_profile", "/stop_profile")
 
 
 class RequestGuard:
@@ -32,7 +32,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self.api_keys and scope["path"].startswith(PROTECTED_PREFIX) and not self._authorized(headers):
+        if self.api_keys and scope["path"].startswith(PROTECTED_PREFIXES) and not self._authorized(headers):
             await _reply(send, 401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
                          "invalid_api_key")
             return
