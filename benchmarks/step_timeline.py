@@ -8,9 +8,9 @@ writes OUT_DIR/steps_TAG.csv (one row per overlapped step) and prints a summary 
 step (decode-only, or mixed with prefill chunks), Python's garbage collections during the run,
 between its first and last step (count, total and longest pause per generation), and the Triton
 kernels compiled after the first step (a variant compiled mid-run stalls its step), to stderr.
-It patches the engine from outside, so one copy measures older commits too. A step whose host time exceeds its device interval
-left the device idle: a stall of the loop (a full garbage collection, a kernel compiled
-mid-run) rather than slow kernels.
+It patches the engine from outside, so one copy measures older commits too. A step whose host
+time exceeds its device interval left the device idle: a stall of the loop (a full garbage
+collection, a kernel compiled mid-run) rather than slow kernels.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ class ReplicaStep:
     """The step all the replicas agreed on."""
 
     counts: list[int]  # every replica's real token count, in rank order
-    real_on_device: torch.Tensor  # the rows that are not padding (an idle replica's dummy row is), on the device
+    real_on_device: Optional[torch.Tensor]  # a padded step's rows that are not padding (an idle replica's
+    # dummy row is), on the device; None for an eager step
     bucket: Optional[int]  # the common padded row count every replica replays; None: eager, real counts
     work: bool  # whether any replica has work (none: every replica skips the forward)
 
@@ -60,15 +61,16 @@ def join_host_group() -> None:
 
 
 def agree_step(plan: ReplicaPlan, sizes: list[int], device: torch.device) -> ReplicaStep:
-    """Exchange every replica's ``plan`` (one all-gather on the host) and decide the step; the
-    counts go to ``device`` queued behind its work."""
+    """Exchange every replica's ``plan`` (one all-gather on the host) and decide the step; a padded
+    step's real row counts go to ``device`` queued behind its work."""
     mine = torch.tensor([plan.tokens, plan.graphable, plan.work], dtype=torch.long)
     every = torch.empty(dist.get_world_size() * mine.numel(), dtype=torch.long)
     dist.all_gather_into_tensor(every, mine, group=_host_group)
     plans = [ReplicaPlan(tokens, bool(graphable), bool(work))
              for tokens, graphable, work in every.view(-1, mine.numel()).tolist()]
-    real = to_device([p.tokens if p.work else 0 for p in plans], torch.long, device)
-    return ReplicaStep([p.tokens for p in plans], real, common_bucket(plans, sizes), any(p.work for p in plans))
+    bucket = common_bucket(plans, sizes)
+    real = None if bucket is None else to_device([p.tokens if p.work else 0 for p in plans], torch.long, device)
+    return ReplicaStep([p.tokens for p in plans], real, bucket, any(p.work for p in plans))
 
 
 def padding_rows(counts: torch.Tensor, bucket: int) -> torch.Tensor:

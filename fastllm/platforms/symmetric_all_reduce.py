@@ -109,8 +109,9 @@ def symmetric_all_reduce(group: Optional[dist.ProcessGroup], device: torch.devic
         return None
     if os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0":
         return None
+    lamport_max_bytes = barrier_free_max_bytes()  # a malformed setting fails start-up, not the fast path
     try:
-        return SymmetricAllReduce(group or dist.group.WORLD, device, lamport_max_bytes=barrier_free_max_bytes())
+        return SymmetricAllReduce(group or dist.group.WORLD, device, lamport_max_bytes=lamport_max_bytes)
     except Exception as exc:  # no peer access, or a torch without the ops: best effort, said once
         logger.warning("symmetric-memory all-reduce unavailable (%s); NCCL does every all-reduce", exc)
         return None
