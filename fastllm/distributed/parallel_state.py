@@ -8,9 +8,8 @@ stage ``r // tp``, so rank 0 (the driver) sits in the first stage.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
@@ -36,7 +35,6 @@ class Layout:
 
 
 _layout = Layout()
-_collective_stream: Optional[torch.Stream] = None  # set by ``collectives_on``
 
 
 def expert_all_to_all_cut() -> Optional[int]:
@@ -143,46 +141,13 @@ def stage_layers(num_layers: int) -> range:
     return range(stage * num_layers // size, (stage + 1) * num_layers // size)
 
 
-@contextmanager
-def collectives_on(stream: Optional[torch.Stream]) -> Iterator[None]:
-    """Queue the tensor-parallel sums of this block on ``stream`` (None: on the caller's), each
-    behind the calling stream's work and ahead of its next: another stream's compute runs
-    meanwhile (``worker.overlapped_step``). One stream for all keeps the sums in the order every
-    rank issues them."""
-    global _collective_stream
-    _collective_stream, previous = stream, _collective_stream
-    try:
-        yield
-    finally:
-        _collective_stream = previous
-
-
-def _on_collective_stream(reduce: Callable[..., Any], x: torch.Tensor, *args: Any) -> Any:
-    stream = _collective_stream
-    if stream is None:
-        return reduce(x, *args)
-    caller = torch.accelerator.current_stream(x.device)
-    stream.wait_stream(caller)
-    with stream:
-        result = reduce(x, *args)
-    caller.wait_stream(stream)
-    for tensor in result if isinstance(result, tuple) else (result,):
-        tensor.record_stream(caller)  # made on ``stream``: its memory waits for the caller's reads
-    return result
-
-
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the tensor-parallel ranks (in ``x`` or a new tensor: use the result)."""
     if tp_size() > 1:
-        return _on_collective_stream(_sum_over_ranks, x)
-    return x
-
-
-def _sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
-    fast = _layout.fast_all_reduce
-    if fast is not None and fast.fits(x):
-        return fast(x)
-    dist.all_reduce(x, group=_layout.tp_group)
+        fast = _layout.fast_all_reduce
+        if fast is not None and fast.fits(x):
+            return fast(x)
+        dist.all_reduce(x, group=_layout.tp_group)
     return x
 
 
@@ -192,7 +157,7 @@ def all_reduce_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: tor
     ranks, in one kernel where the fast all-reduce has one for ``x``; None: sum, then norm."""
     fast = _layout.fast_all_reduce
     if tp_size() > 1 and fast is not None and fast.barrier_free_fits(x):
-        return _on_collective_stream(fast.add_rms_norm, x, residual, weight, eps)
+        return fast.add_rms_norm(x, residual, weight, eps)
     return None
 
 
