@@ -95,10 +95,18 @@ def _lamport_all_reduce_kernel(
         if source == rank:
             total += mine.to(tl.float32)
         else:
-            part_at = own + phase * phase_elements + source * slot_elements + row * hidden + cols
+            row_at = own + phase * phase_elements + source * slot_elements + row * hidden
+            # spin on the row's last element alone first: a whole row re-read by every waiting
+            # program takes the memory system from the peers' incoming stores
+            last_at = (row_at + hidden - 1).to(tl.pointer_type(tl.int16))
+            polls = 0
+            while tl.load(last_at, volatile=True) == _EMPTY_BITS:
+                polls += 1
+                if polls > max_polls:
+                    _give_up(polls)
+            part_at = row_at + cols
             part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
             waiting = tl.sum((part.to(tl.int16, bitcast=True) == _EMPTY_BITS).to(tl.int32), 0)
-            polls = 0
             while waiting > 0:
                 part = tl.load(part_at, mask=mask, other=0.0, volatile=True)
                 waiting = tl.sum((part.to(tl.int16, bitcast=True) == _EMPTY_BITS).to(tl.int32), 0)
