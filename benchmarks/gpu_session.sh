@@ -303,7 +303,7 @@ tpoffline2|tpprofile2)  # two GPUs: Llama-3-8B offline, the issue's 1000 x (1024
   # each from an empty Triton cache (no run finds what the other compiled) under rank 0's step timeline;
   # tpprofile2 adds every rank's traces of the steps WINDOWS names (FASTLLM_TORCH_PROFILER_*), summed up by
   # trace_summary.py. EXTRA: more engine flags for both runs, named by SUFFIX (e.g. _s512); TPS: which runs
-  # (e.g. `FASTLLM_LAMPORT_MAX_KIB=4096 TPS=2 SUFFIX=_lamport4m`: the barrier-free all-reduce up to 4 MiB)
+  # (e.g. `FASTLLM_LAMPORT_MAX_KIB=256 TPS=2 SUFFIX=_lamport256k`: the barrier-free all-reduce up to 256 KiB only)
   OUT=$GATHERED
   TPUT="bench throughput $COMMON --num-prompts ${PROMPTS:-1000} --input-len 1024 --output-len 256 --range-ratio 0 --quiet"
   for TP in ${TPS:-2 1}; do

@@ -30,7 +30,7 @@ logger = logging.getLogger("fastllm")
 
 ONE_SHOT_MAX_BYTES = 256 * 1024
 TWO_SHOT_MAX_BYTES = 4 * 1024 * 1024
-LAMPORT_MAX_BYTES = 1024 * 1024
+LAMPORT_MAX_BYTES = 4 * 1024 * 1024
 LAMPORT_MAX_KIB_ENV = "FASTLLM_LAMPORT_MAX_KIB"
 """The barrier-free kernel's largest message in KiB (its buffers hold three slots a peer of it)."""
 _ONE_SHOT_COPY = getattr(torch.ops.symm_mem, "one_shot_all_reduce_copy", None)  # torch >= 2.8
