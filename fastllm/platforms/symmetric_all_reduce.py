@@ -8,7 +8,7 @@ buffer (less traffic per rank, for larger ones). Above ``max_bytes`` NCCL's ring
 used. 16-bit rows up to ``lamport_max_bytes`` skip torch's kernels for one that needs no
 barrier and can fold in the residual add and RMSNorm that follow a row-parallel layer
 (``fastllm_kernels.lamport_all_reduce``). The limits come from ``benchmarks/all_reduce.py`` on
-two NVLink H100s (see benchmarks/RESULTS.md); ``FASTLLM_SYMM_MEM_ALL_REDUCE=0`` turns this path
+two NVLink H100s and two H200s (see benchmarks/RESULTS.md); ``FASTLLM_SYMM_MEM_ALL_REDUCE=0`` turns this path
 off, ``FASTLLM_LAMPORT_ALL_REDUCE=0`` the barrier-free kernel alone, ``FASTLLM_LAMPORT_MAX_KIB``
 moves its limit.
 """
