@@ -11,8 +11,8 @@ def test_the_limit_defaults_moves_and_turns_off(monkeypatch):
     monkeypatch.delenv(LAMPORT_MAX_KIB_ENV, raising=False)
     monkeypatch.delenv("FASTLLM_LAMPORT_ALL_REDUCE", raising=False)
     assert barrier_free_max_bytes() == LAMPORT_MAX_BYTES == 4 * 1024 * 1024
-    monkeypatch.setenv(LAMPORT_MAX_KIB_ENV, "4096")
-    assert barrier_free_max_bytes() == 4 * 1024 * 1024
+    monkeypatch.setenv(LAMPORT_MAX_KIB_ENV, "256")
+    assert barrier_free_max_bytes() == 256 * 1024
     monkeypatch.setenv("FASTLLM_LAMPORT_ALL_REDUCE", "0")
     assert barrier_free_max_bytes() == 0
 
