@@ -5,6 +5,8 @@ all-reduce + residual add + RMSNorm as the one-shot then the fused norm against 
 kernel with the norm folded in. The data behind ``fastllm.platforms.symmetric_all_reduce``'s limits.
 
     python benchmarks/all_reduce.py --world-size 2 --output-json all_reduce.json
+
+The Lamport kernel is timed up to the engine's limit (``FASTLLM_LAMPORT_MAX_KIB`` moves both).
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fastllm.distributed.process_group import NCCL_ENV, free_tcp_port
-from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
+from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce, barrier_free_max_bytes
 from fastllm_kernels.rms_norm import fused_add_rms_norm
 
 SIZES_KIB = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 HIDDEN = 4096
 CALLS = 32
-LAMPORT_BENCH_MAX_BYTES = 4 * 1024 * 1024  # the engine's default limit (FASTLLM_LAMPORT_MAX_KIB moves it)
 
 
 def _timed(fn, graph: bool) -> float:
@@ -62,12 +63,13 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             device_id=device)
     biggest = max(SIZES_KIB) * 1024
+    lamport_max = barrier_free_max_bytes()  # the engine's limit: its default, or FASTLLM_LAMPORT_MAX_KIB's
     reducers = {
         "one_shot": SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=biggest, max_bytes=biggest,
                                        lamport_max_bytes=0),
         "two_shot": SymmetricAllReduce(dist.group.WORLD, device, one_shot_max_bytes=0, max_bytes=biggest,
                                        lamport_max_bytes=0),
-        "lamport": SymmetricAllReduce(dist.group.WORLD, device, lamport_max_bytes=LAMPORT_BENCH_MAX_BYTES),
+        "lamport": SymmetricAllReduce(dist.group.WORLD, device, lamport_max_bytes=lamport_max),
     }
     weight = torch.randn(HIDDEN, dtype=torch.bfloat16, device=device)
     rows = []
@@ -76,7 +78,7 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
         residual = torch.randn_like(x)
         want = x.float() * world
         kinds = {name: reduce for name, reduce in reducers.items()
-                 if name != "lamport" or kib * 1024 <= LAMPORT_BENCH_MAX_BYTES}
+                 if name != "lamport" or kib * 1024 <= lamport_max}
         errors = {name: (reduce(x.clone()).float() - want).abs().max().item() for name, reduce in kinds.items()}
         row = {"kib": kib, "max_abs_error": errors}
         for graph in (True, False):
