@@ -44,8 +44,10 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   topk_ids: torch.Tensor, activation: str = "silu", w13_scale: Optional[torch.Tensor] = None,
                   w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None,
                   w13_zero: Optional[torch.Tensor] = None, w2_zero: Optional[torch.Tensor] = None,
-                  book: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  book: Optional[torch.Tensor] = None, pair_rows: bool = False) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
+    ``pair_rows``: the kernels may instead return the weighted rows unsummed, ``[T, k, H]``
+    (float32), for a norm that adds them (``RMSNorm`` takes summands).
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
     first dimension. ``w13_scale [E, 2I]`` / ``w2_scale [E, H]``: the weights are float8 with
@@ -56,10 +58,10 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     ``fused_experts``; the torch reference below runs anywhere.
     """
     if kernels is not None and hasattr(kernels, "fused_experts"):
-        formats = {"w13_scale": w13_scale, "w2_scale": w2_scale, "w13_zero": w13_zero, "w2_zero": w2_zero,
-                   "book": book}
+        options = {"w13_scale": w13_scale, "w2_scale": w2_scale, "w13_zero": w13_zero, "w2_zero": w2_zero,
+                   "book": book, "pair_rows": pair_rows or None}
         return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation,
-                                     **{name: value for name, value in formats.items() if value is not None})
+                                     **{name: value for name, value in options.items() if value is not None})
     return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale,
                                    w13_zero, w2_zero, book)
 
@@ -164,7 +166,12 @@ class FusedMoE(nn.Module):
 
     ``shared_experts`` is a dense MLP every token runs (ERNIE-4.5); it does its own
     tensor-parallel reduction, the routed experts do one after their weighted combine.
+    ``leaves_pair_sum`` (set by the model where an RMSNorm with the residual comes next on this
+    stage): without shared experts or ranks to sum over, the output may be each token's weighted
+    expert rows, ``[T, k, H]``, summed by that norm (batch-1 decode: one launch fewer).
     """
+
+    leaves_pair_sum = False
 
     def __init__(self, router: TopKRouter, intermediate_size: int, shared_experts: Optional[nn.Module] = None,
                  activation: str = "silu"):
@@ -211,16 +218,18 @@ class FusedMoE(nn.Module):
             topk_weights, topk_ids = self.gate(hidden)
             if self.expert_map is not None:
                 topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
-            out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids))
+            pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
+            out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids, pair_rows))
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out
 
-    def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor,
-                       topk_ids: torch.Tensor) -> torch.Tensor:
-        """Routes given as indices into this rank's experts, weighted and summed."""
+    def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                       pair_rows: bool = False) -> torch.Tensor:
+        """Routes given as indices into this rank's experts, weighted and summed (or, with
+        ``pair_rows``, possibly left unsummed: ``fused_experts``)."""
         return fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation, self.w13_scale,
-                             self.w2_scale, self.kernels, self.w13_zero, self.w2_zero, self.book)
+                             self.w2_scale, self.kernels, self.w13_zero, self.w2_zero, self.book, pair_rows)
 
     def _routed_all_to_all(self, hidden: torch.Tensor) -> torch.Tensor:
         """Expert parallelism by all-to-all: this rank routes its share of the replicated tokens,

@@ -27,7 +27,8 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
-        """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual)."""
+        """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual); ``x`` may
+        then be ``[T, S, hidden]``, S summands a row (an MoE block's expert rows), added first."""
         if self.sums_partials and tp_size() > 1:
             fused = None if residual is None else all_reduce_add_rms_norm(x, residual, self.weight, self.eps)
             if fused is not None:
@@ -40,5 +41,7 @@ class RMSNorm(nn.Module):
             return kernels.fused_add_rms_norm(x, residual, self.weight, self.eps)
         if residual is None:
             return self._norm(x)
+        if x.dim() > residual.dim():
+            x = x.sum(-2).to(residual.dtype)
         x = x + residual
         return self._norm(x), x

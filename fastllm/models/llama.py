@@ -113,6 +113,11 @@ class LlamaModel(nn.Module):
         for before, after in zip(self.stage, self.stage[1:]):
             self.layers[after].input_layernorm.sums_partials = self.layers[before].leaves_sum
         self.last_leaves_sum = self.layers[self.stage[-1]].leaves_sum
+        # an MoE block may leave the sum of each token's expert rows to the norm after it, on this stage
+        for index in self.stage if is_last_stage() else self.stage[:-1]:
+            mlp = self.layers[index].mlp
+            if hasattr(mlp, "leaves_pair_sum"):
+                mlp.leaves_pair_sum = True
         if is_last_stage():
             self.norm.sums_partials = self.last_leaves_sum
 

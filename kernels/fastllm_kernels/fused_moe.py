@@ -9,7 +9,8 @@ move. The k rows of a token are summed by one reduction, in a fixed order (deter
 unlike atomic adds into a zeroed fp32 buffer, which would also cost two more passes). At decode
 (one pair a block) the down GEMM sums them itself: the k programs of a token's column tile park
 their rows, and the last to arrive adds them in slot order (``fastllm_kernels.split_k``),
-so no reduction launch follows.
+so no reduction launch follows; or it leaves them to the consumer (``pair_rows``: the next
+RMSNorm adds them with the residual), which spares the arrival too.
 
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
@@ -430,7 +431,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
                   w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
                   tilings: tuple[MoeTiling, MoeTiling] | None = None,
-                  fp8_activations: bool | None = None) -> torch.Tensor:
+                  fp8_activations: bool | None = None, pair_rows: bool = False) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
     ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
@@ -439,7 +440,9 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     a byte, the even input in the low nibble), float32 scales ``[E, rows, K / group]`` and
     either zeros of the same shape (int4: ``(code - zero) * scale``) or a code ``book [16]``
     (nf4: ``book[code] * scale``). ``fp8_activations``: fp8 experts multiply e4m3 activations
-    (``grouped_gemm``); None: ``fp8_activations_default``."""
+    (``grouped_gemm``); None: ``fp8_activations_default``. ``pair_rows``: where the pairs go one a
+    block (batch-1 decode), return each token's k weighted rows unsummed, ``[T, k, H]`` float32, for a
+    consumer that adds them (``fused_add_rms_norm``'s summands): no pair sum in this launch."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
@@ -461,6 +464,11 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     act = hidden.new_empty((num_pairs, inner))
     grouped_gemm(hidden, w13, act, blocks, gate_up, top_k, gated=True, w_scale=w13_scale, **formats[0])
     weights = topk_weights.reshape(-1)
+    if blocks.block_m is None and pair_rows:
+        rows = hidden.new_empty((num_pairs, hidden.shape[1]), dtype=torch.float32)
+        grouped_gemm(act, w2, rows, blocks, down, 1, gated=False, topk_weights=weights, w_scale=w2_scale,
+                     **formats[1])
+        return rows.view(tokens, top_k, -1)
     if blocks.block_m is None and top_k * hidden.numel() <= WORKSPACE_FLOATS and (
             tokens * triton.cdiv(hidden.shape[1], down.block_n) <= TILE_COUNTERS):
         return grouped_gemm(act, w2, torch.empty_like(hidden), blocks, down, 1, gated=False, topk_weights=weights,

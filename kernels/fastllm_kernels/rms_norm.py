@@ -2,7 +2,10 @@
 
 Statistics are taken in float32. With a residual, the sum is rounded to the residual's dtype
 first and normalised from that rounded value, so ``out`` equals ``rms_norm(new_residual)``
-exactly, as in the unfused Hugging Face layers.
+exactly, as in the unfused Hugging Face layers. The fused add also takes ``x`` as several
+summands a row (an MoE block's weighted expert rows, ``[rows, S, hidden]`` in float32), added in
+order before the residual: at batch-1 decode that sum costs the norm a few loads from L2, where a
+launch of its own, or the down GEMM's last-arrival epilogue, costs microseconds a layer.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, new_residual_ptr, eps,
-    stride_x, stride_residual, stride_out, stride_new_residual, hidden,
-    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+    stride_x, stride_summand, stride_residual, stride_out, stride_new_residual, hidden,
+    BLOCK: tl.constexpr, SUMMANDS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL, RELEASE_FIRST=True)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    for summand in tl.static_range(1, SUMMANDS):
+        x += tl.load(x_ptr + row * stride_x + summand * stride_summand + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
         x += tl.load(residual_ptr + row * stride_residual + cols, mask=mask, other=0.0).to(tl.float32)
         summed = x.to(new_residual_ptr.dtype.element_ty)
@@ -38,14 +43,17 @@ def _rms_norm_kernel(
 
 def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
             out: torch.Tensor, new_residual: torch.Tensor | None) -> None:
+    """``x [rows, hidden]``, or ``[rows, S, hidden]``: S summands a row."""
     hidden = x.shape[-1]
     block = triton.next_power_of_2(hidden)
     has_residual = residual is not None
+    summands = x.shape[1] if x.dim() == 3 else 1
     _rms_norm_kernel[(x.shape[0],)](
         x, residual if has_residual else x, weight, out, new_residual if has_residual else out, eps,
-        x.stride(0), residual.stride(0) if has_residual else 0, out.stride(0),
+        x.stride(0), x.stride(1) if summands > 1 else 0, residual.stride(0) if has_residual else 0, out.stride(0),
         new_residual.stride(0) if has_residual else 0, hidden,
-        BLOCK=block, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512)), **pdl_launch(x.device),
+        BLOCK=block, SUMMANDS=summands, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512)),
+        **pdl_launch(x.device),
     )
 
 
@@ -66,13 +74,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rms_norm(x + residual), x + residual)``; the sum is kept in ``residual.dtype``."""
-    rows, residual_rows = as_rows(x), as_rows(residual)
-    out = torch.empty_like(rows)
+    """``(rms_norm(x + residual), x + residual)``; the sum is kept in ``residual.dtype``. ``x``
+    may hold one more dimension than ``residual``, its summands (``[rows, S, hidden]`` against
+    ``[rows, hidden]``), added in order in float32 first; the norm is then in ``residual.dtype``."""
+    residual_rows = as_rows(residual)
+    if x.dim() == residual.dim() + 1:
+        rows = x.reshape(-1, *x.shape[-2:])
+        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+        out = torch.empty_like(residual_rows)
+    else:
+        rows = as_rows(x)
+        out = torch.empty_like(rows)
     new_residual = torch.empty_like(residual_rows)
     if rows.shape[0]:
         _launch(rows, residual_rows, weight, eps, out, new_residual)
-    return out.view(x.shape), new_residual.view(residual.shape)
+    return out.view(residual.shape), new_residual.view(residual.shape)
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -82,5 +98,7 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 
 def fused_add_rms_norm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                            eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.dim() == residual.dim() + 1:  # summands
+        x = x.sum(-2)
     new_residual = x + residual
     return rms_norm_ref(new_residual, weight, eps), new_residual

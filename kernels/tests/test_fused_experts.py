@@ -66,6 +66,28 @@ def test_fused_experts_any_tiling(tilings):
     assert rel_err(out, dense_moe(x, w13, w2, topk_weights, topk_ids)) < TOLERANCE[torch.float32]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens,experts", [(1, 64), (2, 32), (9, 8)])  # one pair a block twice, then grouped
+def test_pair_rows_left_unsummed_at_one_pair_a_block(dtype, tokens, experts):
+    """``pair_rows``: at one pair a block each token's k weighted rows come back in float32, slot by
+    slot (the consumer sums them); grouped blocks still return the sum."""
+    x = randn(tokens, 64, dtype=dtype)
+    w13, w2 = moe_weights(experts, 64, 48, dtype)
+    topk_weights, topk_ids = routing(tokens, experts, 2)
+    topk_ids[0, 1] = topk_ids[0, 0]  # one token's two slots on one expert
+
+    out = fused_experts(x, w13, w2, topk_weights, topk_ids, pair_rows=True)
+
+    if tokens * 2 * 8 <= experts:
+        assert out.shape == (tokens, 2, 64) and out.dtype == torch.float32
+        for slot in range(2):
+            slot_ids, slot_weights = topk_ids[:, slot:slot + 1], topk_weights[:, slot:slot + 1]
+            assert rel_err(out[:, slot], dense_moe(x, w13, w2, slot_weights, slot_ids)) < TOLERANCE[dtype]
+    else:
+        assert out.shape == x.shape and out.dtype == dtype
+        assert rel_err(out, dense_moe(x, w13, w2, topk_weights, topk_ids)) < TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("experts", [4, 64])  # grouped, and one pair a block
 def test_expert_chosen_twice_by_a_token_counts_twice(experts):
     x = randn(3, 32, dtype=torch.float32)

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from fastllm_kernels.rms_norm import fused_add_rms_norm, fused_add_rms_norm_ref, rms_norm, rms_norm_ref
 from kernel_testing import DTYPES, TOLERANCE, randn, rel_err
@@ -26,5 +27,20 @@ def test_fused_add_rms_norm_matches_reference(dtype, rows, hidden):
     out, new_residual = fused_add_rms_norm(x, residual, weight, 1e-5)
     ref, ref_residual = fused_add_rms_norm_ref(x.double(), residual.double(), weight.double(), 1e-5)
 
+    assert rel_err(out, ref) < TOLERANCE[dtype]
+    assert rel_err(new_residual, ref_residual) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("summands", [2, 8])
+def test_fused_add_rms_norm_adds_float32_summands_first(dtype, summands):
+    """``x [rows, S, hidden]`` float32 (an MoE block's expert rows): summed, then added to the residual."""
+    x = randn(3, summands, 1000, dtype=torch.float32)
+    residual, weight = randn(3, 1000, dtype=dtype), randn(1000, dtype=dtype)
+
+    out, new_residual = fused_add_rms_norm(x, residual, weight, 1e-5)
+    ref, ref_residual = fused_add_rms_norm_ref(x.double(), residual.double(), weight.double(), 1e-5)
+
+    assert out.dtype == new_residual.dtype == dtype and out.shape == residual.shape
     assert rel_err(out, ref) < TOLERANCE[dtype]
     assert rel_err(new_residual, ref_residual) < TOLERANCE[dtype]

@@ -79,6 +79,29 @@ def test_layers_match_torch(dtype, tol):
     assert _rel_err(fast, plain) < tol
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 1e-2)])
+def test_moe_leaves_its_expert_sum_to_the_next_norm(dtype, tol):
+    """One token over 32 experts (one pair a block): with the kernels, an MoE block that a norm
+    follows returns its expert rows unsummed and the norm adds them, as the plain layers compute."""
+    import fastllm_kernels
+
+    torch.manual_seed(0)
+    tokens, residual = torch.randn(1, 48, dtype=dtype, device=DEVICE), torch.randn(1, 48, dtype=dtype, device=DEVICE)
+    weights: dict[str, torch.Tensor] = {}
+    results = []
+    for kernels in (None, fastllm_kernels):
+        with use_kernels(kernels):
+            moe, norm = FusedMoE(TopKRouter(48, 32, 2), 32), RMSNorm(48, 1e-6)
+        for name, param in moe.named_parameters():
+            param.data = weights.setdefault(name, torch.randn(param.shape) / param.shape[-1] ** 0.5)
+        moe.leaves_pair_sum = True
+        rows = moe.to(DEVICE, dtype)(tokens)
+        results.append((rows.shape, norm.to(DEVICE, dtype)(rows, residual)))
+    (plain_shape, (out_a, res_a)), (fast_shape, (out_b, res_b)) = results
+    assert plain_shape == (1, 48) and fast_shape == (1, 2, 48)
+    assert _rel_err(out_b, out_a) < tol and _rel_err(res_b, res_a) < tol and res_b.dtype == dtype
+
+
 @pytest.mark.parametrize("mode", ["0", "1"])
 def test_platform_chooses_the_kernels_at_construction(monkeypatch, tiny_llama_dir, mode):
     """``FASTLLM_TRITON_OPS`` is read once, when the model is built: every layer keeps that choice."""

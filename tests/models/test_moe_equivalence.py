@@ -58,6 +58,27 @@ def test_triton_attention_backend_matches_hf(checkpoint):
     assert _tokens(_greedy(llm, PROMPTS)) == expected
 
 
+def test_triton_kernels_leave_expert_sums_to_the_norms_and_match_hf(tmp_path, monkeypatch):
+    """With the Triton kernels (the interpreter on CPU), a one-sequence decode over 16 experts, top-2,
+    goes one pair a block: each MoE block hands its two expert rows to the next norm unsummed."""
+    import fastllm_kernels
+
+    folder, model = save_tiny_checkpoint("qwen3_moe", tmp_path, num_experts=16)
+    expected = hf_greedy(model, PROMPTS[0], MAX_NEW)
+    summands = []
+    norm = fastllm_kernels.fused_add_rms_norm
+
+    def counting_norm(x, residual, weight, eps):
+        summands.append(x.dim() > residual.dim())
+        return norm(x, residual, weight, eps)
+
+    monkeypatch.setattr(fastllm_kernels, "fused_add_rms_norm", counting_norm)
+    monkeypatch.setenv("FASTLLM_TRITON_OPS", "1")
+    llm = LLM(folder, dtype="float32", num_gpu_blocks_override=64, block_size=16, enforce_eager=True)
+    assert _tokens(_greedy(llm, PROMPTS[:1])) == [expected]
+    assert any(summands) and not all(summands)  # decodes' MoE outputs, not the prefill's or attention's
+
+
 @pytest.mark.parametrize("checkpoint", list(ARCHITECTURES), indirect=True)
 def test_chunked_prefill_preemption_and_prefix_hits_match_hf(checkpoint):
     folder, expected = checkpoint

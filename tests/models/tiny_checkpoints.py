@@ -35,10 +35,10 @@ def _randomize(model: torch.nn.Module) -> None:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.15)
 
 
-def save_tiny_checkpoint(model_type: str, folder: Path) -> tuple[str, torch.nn.Module]:
-    """Save a float32 random ``model_type`` (a key of ARCHITECTURES) as safetensors in ``folder``;
-    returns the folder and transformers' model (the reference)."""
-    config = AutoConfig.for_model(model_type, **COMMON, **ARCHITECTURES[model_type])
+def save_tiny_checkpoint(model_type: str, folder: Path, **overrides) -> tuple[str, torch.nn.Module]:
+    """Save a float32 random ``model_type`` (a key of ARCHITECTURES, its config changed by
+    ``overrides``) as safetensors in ``folder``; returns the folder and transformers' model (the reference)."""
+    config = AutoConfig.for_model(model_type, **COMMON, **{**ARCHITECTURES[model_type], **overrides})
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     _randomize(model)
     model.save_pretrained(folder)
