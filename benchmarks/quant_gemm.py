@@ -7,7 +7,9 @@ replays, per call. The table shows microseconds and weight bytes streamed per se
 copies ~3,000 GB/s), and, per format, the four layers' sum times 32 layers: the linear layers'
 share of one decode step. ``fp8`` is the W8A16 kernel decode uses, ``fp8_w8a8`` the per-token
 activation quantization + ``torch._scaled_mm`` of large batches. ``--sweep`` times launch
-settings per kernel with the same graphs instead (the data behind ``default_tiling``).
+settings per kernel with the same graphs instead (the data behind ``default_tiling``), on these
+shapes or (``--model``) a bundled config's attention projections and LM head; ``dense`` sweeps the
+one-row bf16 kernel.
 Prints a table and writes JSON (``--out``); needs a CUDA GPU.
 
     python benchmarks/quant_gemm.py --out quant_gemm.json
@@ -27,7 +29,10 @@ import torch.nn.functional as F
 from fastllm_kernels.quant.fp8_gemm import FP8_WEIGHTS, fp8_gemm, quantize_fp8_rows
 from fastllm_kernels.quant.int4_gemm import int4_gemm, nf4_gemm, pack_int4
 from fastllm_kernels.quant.int8_gemm import INT8, int8_gemm
-from fastllm_kernels.quant.weight_gemm import Tiling, WeightFormat, default_tiling
+from fastllm_kernels.linear import DENSE
+from fastllm_kernels.quant.weight_gemm import Tiling, WeightFormat, default_tiling, weight_gemm
+
+from fastllm.model_loader.dummy_loader import DummyLoader
 
 SHAPES = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (28672, 4096), "down_proj": (4096, 14336)}
 LAYERS = 32  # Llama-3-8B
@@ -36,12 +41,25 @@ QUANTIZED = ("int8", "fp8", "int4", "nf4")
 Kernel = Callable[[torch.Tensor, "Tiling | None"], torch.Tensor]
 
 
+def attention_shapes(model: str) -> dict[str, tuple[int, int]]:
+    """The (N, K) of a bundled config's attention projections and LM head: the GEMVs a batch-1
+    decode of an MoE model runs besides its experts (``--model``)."""
+    config = DummyLoader().load_config(model)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    return {"qkv_proj": ((heads + 2 * kv_heads) * head_dim, config.hidden_size),
+            "o_proj": (config.hidden_size, heads * head_dim), "lm_head": (config.vocab_size, config.hidden_size)}
+
+
 def weight_copy(name: str, n: int, k: int) -> tuple[Kernel, int]:
-    """One random copy of a layer's weights in format ``name``: (fn(x, tiling), bytes it streams)."""
-    if name in ("bf16", "fp8", "fp8_w8a8"):
+    """One random copy of a layer's weights in format ``name``: (fn(x, tiling), bytes it streams).
+    ``dense``: bf16 weights through the one-row kernel that batch-1 decode runs (``bf16``: BLAS)."""
+    if name in ("bf16", "dense", "fp8", "fp8_w8a8"):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         if name == "bf16":
             return (lambda x, t: F.linear(x, w)), 2 * n * k
+        if name == "dense":
+            return (lambda x, t: weight_gemm(x, w, None, None, None, DENSE, t)), 2 * n * k
         w8, ws8 = quantize_fp8_rows(w)
         ws8 = ws8.squeeze(1).contiguous()
         if name == "fp8":
@@ -97,7 +115,8 @@ class ColdWeights:
 
 
 FORMATS = {"int8": INT8, "fp8": FP8_WEIGHTS, "int4": WeightFormat(True, has_zero=True, group=128),
-           "nf4": WeightFormat(True, nf4=True, group=32)}  # as the benchmarked weights (nf4: the plugin default)
+           "nf4": WeightFormat(True, nf4=True, group=32), "dense": DENSE}  # as the benchmarked weights (nf4: the plugin default)
+SWEPT = QUANTIZED + ("dense",)
 
 
 def sweep_tilings(name: str, m: int) -> list[Tiling]:
@@ -105,9 +124,10 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
     one-warp program, loads one slice ahead or not, no split, a slice twice the default's, and
     for nf4 programs of 2 or 4 warps sharing the pair table; more rows: tensor-core tiles."""
     if m == 1:
-        lane = 1024 if FORMATS[name].four_bit else 512  # one warp's slice
+        lane = 1024 if FORMATS[name].four_bit else 256 if name == "dense" else 512  # one warp's slice
         tilings = ([Tiling(bn, lane, 1, stages) for bn in (4, 8, 16) for stages in (1, 2)]
-                   + [Tiling(8, lane, 1, stages, 1) for stages in (1, 2)] + [Tiling(8, 2 * lane, 1, 2)])
+                   + [Tiling(8, lane, 1, stages, 1) for stages in (1, 2)] + [Tiling(8, 2 * lane, 1, 2)]
+                   + [Tiling(4, lane, 1, stages, split) for stages in (1, 2) for split in (2, 4, 8)])
         if name == "nf4":
             tilings += [Tiling(bn, 1024 * warps, warps, stages) for bn in (8, 16) for warps in (2, 4) for stages in (1, 2)]
         return tilings
@@ -116,7 +136,7 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
 
 def sweep(args: argparse.Namespace) -> None:
     rows = []
-    for layer, (n, k) in SHAPES.items():
+    for layer, (n, k) in (attention_shapes(args.model) if args.model else SHAPES).items():
         for name in args.kernels:
             weights = ColdWeights(name, n, k)
             for m in args.batch:
@@ -141,7 +161,8 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=10)
     parser.add_argument("--out", default="quant_gemm.json")
     parser.add_argument("--sweep", action="store_true", help="time launch settings instead")
-    parser.add_argument("--kernels", nargs="+", choices=QUANTIZED, default=QUANTIZED, help="swept kernels")
+    parser.add_argument("--kernels", nargs="+", choices=SWEPT, default=QUANTIZED, help="swept kernels")
+    parser.add_argument("--model", help="sweep this bundled config's attention and LM-head shapes instead")
     args = parser.parse_args()
     if args.sweep:
         return sweep(args)

@@ -52,7 +52,8 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
         x, residual if has_residual else x, weight, out, new_residual if has_residual else out, eps,
         x.stride(0), x.stride(1) if summands > 1 else 0, residual.stride(0) if has_residual else 0, out.stride(0),
         new_residual.stride(0) if has_residual else 0, hidden,
-        BLOCK=block, SUMMANDS=summands, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512)),
+        # summands: more warps, so that every summand's loads are in flight at once
+        BLOCK=block, SUMMANDS=summands, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512) * summands),
         **pdl_launch(x.device),
     )
 
