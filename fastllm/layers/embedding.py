@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fastllm.distributed.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_size
+from fastllm.layers.fused import current_kernels
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -40,13 +41,20 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Hidden states -> logits over the full vocabulary (gathered across ranks).
 
     ``quantized``, when a quantizer set it (``quantize_lm_head``), computes this rank's logits
-    in the float weight's place."""
+    in the float weight's place. The platform's kernels, where it has them, run the float product:
+    at batch-1 decode a one-row GEMV streams the head faster than a BLAS call."""
 
     def __init__(self, vocab_size: int, hidden_size: int):
         super().__init__(vocab_size, hidden_size)
         self.quantized: Optional[nn.Module] = None
+        self.kernels = current_kernels()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        local = self.quantized(hidden) if self.quantized is not None else F.linear(hidden, self.weight)
+        if self.quantized is not None:
+            local = self.quantized(hidden)
+        elif self.kernels is not None:
+            local = self.kernels.linear(hidden, self.weight)
+        else:
+            local = F.linear(hidden, self.weight)
         logits = all_gather_last_dim(local)
         return logits[..., : self.vocab_size]
