@@ -138,7 +138,7 @@ def test_whole_words_only():
 @pytest.mark.parametrize("m", ROWS)
 @pytest.mark.parametrize("k", [400, 404])
 def test_dense(k, m, split, dtype):
-    """Unquantized weights of x's dtype: K of three 128-slices (GEMV: 256) and a ragged tail
+    """Unquantized weights of x's dtype: K of three 128-slices (GEMV: one 512-slice) and a ragged tail
     ending on a GEMV lane's 8 inputs (400) or within one (404)."""
     n = 37
     gen = torch.Generator().manual_seed(k + m * 10 + (split or 0))
