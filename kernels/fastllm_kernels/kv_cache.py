@@ -19,6 +19,16 @@ from fastllm_kernels.rotary import HeadNorms, rotary_args, rotate_token
 
 
 @triton.jit
+def _to_cache(values, cache_ptr, slot, offsets, mask, SATURATE: tl.constexpr):
+    """Store ``values`` at ``offsets`` of ``slot`` (none for a negative slot); fp8 caches clamp to
+    their largest finite value first, then round."""
+    if SATURATE > 0:
+        values = tl.minimum(tl.maximum(values.to(tl.float32), -SATURATE), SATURATE)
+    # slot broadcast first: the interpreter mishandles `tensor & scalar` masks
+    tl.store(cache_ptr + offsets, values.to(cache_ptr.dtype.element_ty), mask=mask & (offsets * 0 + slot >= 0))
+
+
+@triton.jit
 def _write_token(token, key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
                  stride_kt, stride_kh, stride_vt, stride_vh, stride_cache_slot,
                  NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -27,18 +37,12 @@ def _write_token(token, key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mappi
     slot = tl.load(slot_mapping_ptr + token)
     heads = tl.arange(0, HEADS_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    # slot broadcast to a vector first: the interpreter mishandles `tensor & scalar` masks.
-    mask = (heads < NUM_KV_HEADS)[:, None] & ((dims * 0 + slot) >= 0)[None, :]
-    src_k = key_ptr + token * stride_kt + heads[:, None] * stride_kh + dims[None, :]
-    src_v = value_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
+    mask = (heads < NUM_KV_HEADS)[:, None] & (dims < HEAD_DIM)[None, :]
+    k = tl.load(key_ptr + token * stride_kt + heads[:, None] * stride_kh + dims[None, :], mask=mask)
+    v = tl.load(value_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
     dst = slot * stride_cache_slot + heads[:, None] * HEAD_DIM + dims[None, :]
-    k = tl.load(src_k, mask=mask)
-    v = tl.load(src_v, mask=mask)
-    if SATURATE > 0:  # fp8 cache: clamp to its largest finite value, then round
-        k = tl.minimum(tl.maximum(k.to(tl.float32), -SATURATE), SATURATE)
-        v = tl.minimum(tl.maximum(v.to(tl.float32), -SATURATE), SATURATE)
-    tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
-    tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+    _to_cache(k, k_cache_ptr, slot, dst, mask, SATURATE)
+    _to_cache(v, v_cache_ptr, slot, dst, mask, SATURATE)
 
 
 @triton.jit
@@ -65,12 +69,29 @@ def _rotary_write_kernel(
 ):
     wait_for_inputs(PDL)
     token = tl.program_id(0).to(tl.int64)
-    rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
-                 stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps, Q_HEADS_PAD, KV_HEADS_PAD,
-                 ROT_HALF, HALF_PAD, IS_NEOX, NORM)
-    tl.debug_barrier()  # the rotated keys, stored by every thread, are what the copy reads
-    _write_token(token, k_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, stride_kt, stride_kh,
-                 stride_vt, stride_vh, stride_cache_slot, num_kv_heads, KV_HEADS_PAD, HEAD_DIM, SATURATE)
+    if 2 * ROT_HALF == HEAD_DIM:  # the rotated halves are the whole key: stored from registers
+        slot = tl.load(slot_mapping_ptr + token)
+        heads = tl.arange(0, KV_HEADS_PAD)
+        dims = tl.arange(0, HEAD_DIM)
+        mask = (heads < num_kv_heads)[:, None] & (dims < HEAD_DIM)[None, :]
+        v = tl.load(value_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
+        k1, k2 = rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt,
+                              stride_kh, stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps,
+                              Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+        pairs = tl.arange(0, HALF_PAD)
+        first, second = (pairs, pairs + ROT_HALF) if IS_NEOX else (2 * pairs, 2 * pairs + 1)
+        row = slot * stride_cache_slot + heads[:, None] * HEAD_DIM
+        half_mask = (heads < num_kv_heads)[:, None] & (pairs < ROT_HALF)[None, :]
+        _to_cache(k1, k_cache_ptr, slot, row + first[None, :], half_mask, SATURATE)
+        _to_cache(k2, k_cache_ptr, slot, row + second[None, :], half_mask, SATURATE)
+        _to_cache(v, v_cache_ptr, slot, row + dims[None, :], mask, SATURATE)
+    else:  # partial rotary: the key's other dims come along in the copy
+        rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
+                     stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps, Q_HEADS_PAD, KV_HEADS_PAD,
+                     ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+        tl.debug_barrier()  # the rotated keys, stored by every thread, are what the copy reads
+        _write_token(token, k_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, stride_kt, stride_kh,
+                     stride_vt, stride_vh, stride_cache_slot, num_kv_heads, KV_HEADS_PAD, HEAD_DIM, SATURATE)
 
 
 def _check_layouts(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -107,7 +128,9 @@ def rotary_write_kv_cache(positions: torch.Tensor, query: torch.Tensor, key: tor
                           slot_mapping: torch.Tensor, is_neox: bool = True, norms: HeadNorms | None = None) -> None:
     """``rotary_embedding`` of ``query`` and ``key`` (in place; ``norms``: each head RMS-normalised
     first), then ``write_kv_cache`` of the rotated keys and ``value``, in one launch: one kernel
-    less a layer in every decode step (three less with head norms)."""
+    less a layer in every decode step (three less with head norms). Where rotary turns the whole
+    head, the keys go to the cache from registers, and the values are loaded with the heads: no
+    round trip to memory after the rotation."""
     num_tokens, _, head_dim = _check_layouts(key, value, k_cache, v_cache)
     if num_tokens == 0:
         return

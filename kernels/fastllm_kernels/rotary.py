@@ -19,28 +19,34 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
 @triton.jit
-def _rotate_heads(x_ptr, stride_head, num_heads, cos, sin, norm_ptr, eps,
-                  HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                  IS_NEOX: tl.constexpr, NORM: tl.constexpr):
+def _head_halves(x_ptr, stride_head, num_heads, HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
+                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Pointers to every head's two rotary halves ``[HEADS_PAD, HALF_PAD]`` and their mask."""
     heads = tl.arange(0, HEADS_PAD)
     pairs = tl.arange(0, HALF_PAD)
     mask = (heads < num_heads)[:, None] & (pairs < ROT_HALF)[None, :]
-    if IS_NEOX:
-        first, second = pairs, pairs + ROT_HALF
-    else:
-        first, second = 2 * pairs, 2 * pairs + 1
-    ptr1 = x_ptr + heads[:, None] * stride_head + first[None, :]
-    ptr2 = x_ptr + heads[:, None] * stride_head + second[None, :]
-    x1 = tl.load(ptr1, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(ptr2, mask=mask, other=0.0).to(tl.float32)
+    first, second = (pairs, pairs + ROT_HALF) if IS_NEOX else (2 * pairs, 2 * pairs + 1)
+    return x_ptr + heads[:, None] * stride_head + first[None, :], x_ptr + heads[:, None] * stride_head + second[None, :], mask
+
+
+@triton.jit
+def _rotate_heads(ptr1, ptr2, mask, x1, x2, cos, sin, norm_ptr, eps, ROT_HALF: tl.constexpr,
+                  HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
+    """Rotate loaded halves ``x1``, ``x2`` (float32; ``NORM``: RMS-normalised per head first, rounded
+    to x's dtype as the norm kernel rounds), store them in place; returns them in x's dtype."""
     if NORM:  # the rotary dims are the whole head (rotary_args checks)
+        pairs = tl.arange(0, HALF_PAD)
+        first, second = (pairs, pairs + ROT_HALF) if IS_NEOX else (2 * pairs, 2 * pairs + 1)
         rstd = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * ROT_HALF) + eps)[:, None]
         w1 = tl.load(norm_ptr + first, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
         w2 = tl.load(norm_ptr + second, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
-        x1 = (x1 * rstd * w1).to(x_ptr.dtype.element_ty).to(tl.float32)
-        x2 = (x2 * rstd * w2).to(x_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(ptr1, (x1 * cos - x2 * sin).to(x_ptr.dtype.element_ty), mask=mask)
-    tl.store(ptr2, (x2 * cos + x1 * sin).to(x_ptr.dtype.element_ty), mask=mask)
+        x1 = (x1 * rstd * w1).to(ptr1.dtype.element_ty).to(tl.float32)
+        x2 = (x2 * rstd * w2).to(ptr1.dtype.element_ty).to(tl.float32)
+    y1 = (x1 * cos - x2 * sin).to(ptr1.dtype.element_ty)
+    y2 = (x2 * cos + x1 * sin).to(ptr1.dtype.element_ty)
+    tl.store(ptr1, y1, mask=mask)
+    tl.store(ptr2, y2, mask=mask)
+    return y1, y2
 
 
 @triton.jit
@@ -49,16 +55,26 @@ def rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
                  q_norm_ptr, k_norm_ptr, eps,
                  Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
                  HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
-    """Rotate every query and key head of one token in place (``NORM``: RMSNorm each head first)."""
+    """Rotate every query and key head of one token in place (``NORM``: RMSNorm each head first);
+    returns the keys' rotated halves ``[KV_HEADS_PAD, HALF_PAD]`` in their dtype. Every head is
+    loaded before the position's cos/sin row, whose address waits for the position: two memory
+    round trips a token, not one a tensor."""
+    q1_ptr, q2_ptr, q_mask = _head_halves(q_ptr + token * stride_qt, stride_qh, num_heads, Q_HEADS_PAD, ROT_HALF,
+                                          HALF_PAD, IS_NEOX)
+    k1_ptr, k2_ptr, k_mask = _head_halves(k_ptr + token * stride_kt, stride_kh, num_kv_heads, KV_HEADS_PAD,
+                                          ROT_HALF, HALF_PAD, IS_NEOX)
     position = tl.load(positions_ptr + token)
+    q1 = tl.load(q1_ptr, mask=q_mask, other=0.0).to(tl.float32)
+    q2 = tl.load(q2_ptr, mask=q_mask, other=0.0).to(tl.float32)
+    k1 = tl.load(k1_ptr, mask=k_mask, other=0.0).to(tl.float32)
+    k2 = tl.load(k2_ptr, mask=k_mask, other=0.0).to(tl.float32)
     pairs = tl.arange(0, HALF_PAD)
     row = cos_sin_ptr + position * stride_cos_sin + pairs
     cos = tl.load(row, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
     sin = tl.load(row + ROT_HALF, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
-    _rotate_heads(q_ptr + token * stride_qt, stride_qh, num_heads, cos, sin, q_norm_ptr, eps,
-                  Q_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
-    _rotate_heads(k_ptr + token * stride_kt, stride_kh, num_kv_heads, cos, sin, k_norm_ptr, eps,
-                  KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+    _rotate_heads(q1_ptr, q2_ptr, q_mask, q1, q2, cos, sin, q_norm_ptr, eps, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+    return _rotate_heads(k1_ptr, k2_ptr, k_mask, k1, k2, cos, sin, k_norm_ptr, eps, ROT_HALF, HALF_PAD, IS_NEOX,
+                         NORM)
 
 
 @triton.jit
