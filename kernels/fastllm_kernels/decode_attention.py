@@ -16,7 +16,9 @@ fp32 summation order differs. Memory-bound decode pays nothing for it; the compu
 extend kernel would, so it keeps the exact max.
 
 The split length is derived per sequence from its own ``seq_len`` inside the kernel, so the
-grid depends only on shapes and the launch can be captured in a CUDA graph. The number of
+grid depends only on shapes and the launch can be captured in a CUDA graph. Pieces are whole
+tiles: a short context under a grid sized for long ones fills only its first few, the programs of
+the others exit at once and the merge reads only the filled ones. The number of
 splits is a run-time value (only "split or not" and the merge's power-of-two padding are
 compile-time), so a new batch size or context length reuses a compiled kernel instead of
 stalling a step on a compilation.
@@ -38,6 +40,12 @@ _MAX_SPLITS = 64
 _MIN_TOKENS_PER_SPLIT = 256
 
 
+@triton.jit
+def _piece_length(seq_len, num_splits, BLOCK_N: tl.constexpr):
+    """Tokens in each piece of a sequence's context: its share of ``num_splits``, whole tiles."""
+    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), 1) * BLOCK_N
+
+
 @triton.jit(do_not_specialize=["stride_table"],  # as the extend kernel: no variant compiled mid-run
             do_not_specialize_on_alignment=["block_tables_ptr", "seq_lens_ptr"])
 def _decode_split_kernel(
@@ -57,9 +65,12 @@ def _decode_split_kernel(
     num_splits = tl.num_programs(2)
 
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    split_len = _piece_length(seq_len, num_splits, BLOCK_N)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
+    if SPLIT:
+        if start >= seq_len:  # past the context (a short one, under a grid sized for long ones): the merge skips it
+            return
 
     rows = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
@@ -89,7 +100,7 @@ def _decode_split_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=PRECISION)
         m_i = m_new
 
-    # An empty piece (short sequence, or seq_len 0) leaves l_i == 0: it writes zeros and lse -inf.
+    # Unsplit, an empty context (seq_len 0: padding) leaves l_i == 0: it writes zeros.
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
     if not SPLIT:
@@ -103,21 +114,24 @@ def _decode_split_kernel(
 
 @triton.jit
 def _decode_merge_kernel(
-    split_out_ptr, split_lse_ptr, out_ptr, stride_ob, stride_oh, num_splits,
-    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr,
+    split_out_ptr, split_lse_ptr, out_ptr, seq_lens_ptr, stride_ob, stride_oh, num_splits,
+    SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):
+    """Merge a sequence's pieces that hold context (no piece of seq_len 0: zeros)."""
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
     head = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    pieces = tl.cdiv(seq_len, _piece_length(seq_len, num_splits, BLOCK_N))
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)
     part = (seq * tl.num_programs(1) + head) * num_splits + splits
-    lse = tl.load(split_lse_ptr + part, mask=splits < num_splits, other=float("-inf"))
+    lse = tl.load(split_lse_ptr + part, mask=splits < pieces, other=float("-inf"))
     lse_max = tl.max(lse, 0)
     lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
     weight = tl.exp2(lse - lse_max)
     o = tl.load(split_out_ptr + part[:, None] * HEAD_DIM + dims[None, :],
-                mask=(splits < num_splits)[:, None], other=0.0)
+                mask=(splits < pieces)[:, None], other=0.0)
     total = tl.sum(weight, 0)
     merged = tl.sum(o * weight[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty))
@@ -154,6 +168,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_splits = _default_num_splits(q, num_kv_heads, block_tables.shape[1] * block_size)
     assert 1 <= num_splits <= _MAX_SPLITS
     group = num_heads // num_kv_heads
+    block_n = 64 if head_dim <= 128 else 32
     split_out = split_lse = out  # placeholders: not read when num_splits == 1
     if num_splits > 1:
         split_out = q.new_empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32)
@@ -164,15 +179,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_N=64 if head_dim <= 128 else 32, SPLIT=num_splits > 1,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=num_splits > 1,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
         **pdl_launch(q.device),
     )
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](
-            split_out, split_lse, out, out.stride(0), out.stride(1), num_splits,
+            split_out, split_lse, out, seq_lens, out.stride(0), out.stride(1), num_splits,
             SPLITS_PAD=triton.next_power_of_2(num_splits),
-            HEAD_DIM=head_dim, num_warps=4, **pdl_launch(q.device),
+            HEAD_DIM=head_dim, BLOCK_N=block_n, num_warps=4, **pdl_launch(q.device),
         )
     return out
 

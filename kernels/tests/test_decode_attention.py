@@ -44,6 +44,21 @@ def test_decode_splits_a_long_context():
     assert rel_err(out, ref) < TOLERANCE[torch.float32]
 
 
+def test_padding_and_short_contexts_under_many_pieces():
+    """A grid sized for long contexts (as CUDA graphs capture it): a padding row (seq_len 0) gets
+    zeros, short contexts fill their first pieces only, and the merge reads just those."""
+    lens = [0, 5, 130]
+    k_cache, v_cache, block_tables = paged_kv(lens, 16, 2, 64, torch.float32)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    q = randn(len(lens), 4, 64, dtype=torch.float32)
+
+    out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, 0.125, out=nan_like(q), num_splits=32)
+    ref = paged_decode_attention_ref(q[1:], k_cache, v_cache, block_tables[1:], seq_lens[1:], 0.125)
+
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert rel_err(out[1:], ref) < TOLERANCE[torch.float32]
+
+
 def test_split_count_changes_only_summation_order():
     """The batch size picks the number of splits, so a sequence's output should not depend on
     it. With an integer running max every rescale is exact and each probability rounds to fp16
