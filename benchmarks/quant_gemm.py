@@ -128,7 +128,9 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
         tilings = ([Tiling(bn, lane, 1, stages) for bn in (4, 8, 16) for stages in (1, 2)]
                    + [Tiling(8, lane, 1, stages, 1) for stages in (1, 2)] + [Tiling(8, 2 * lane, 1, 2)]
                    + [Tiling(4, lane, 1, stages, split) for stages in (1, 2) for split in (2, 4, 8)]
-                   + [Tiling(8, 2 * lane, 1, 1), Tiling(16, 2 * lane, 1, 2), Tiling(8, 2 * lane, 1, 2, 4)])
+                   + [Tiling(8, 2 * lane, 1, 1), Tiling(16, 2 * lane, 1, 2), Tiling(8, 2 * lane, 1, 2, 4)]
+                   + [Tiling(8, 2 * lane, 1, 1, split) for split in (2, 4, 8)]
+                   + [Tiling(16, 2 * lane, 1, 1), Tiling(8, 4 * lane, 1, 1)])
         if name == "nf4":
             tilings += [Tiling(bn, 1024 * warps, warps, stages) for bn in (8, 16) for warps in (2, 4) for stages in (1, 2)]
         return tilings
