@@ -143,11 +143,10 @@ class TopKRouter(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
-        if self.kernels is not None and not self.float32_logits:  # at batch 1 the product and the choice in one launch
-            return self.kernels.route(hidden, self.weight, self.top_k, self.renormalize, self.norm_min,
-                                      self.e_score_correction_bias)
         if self.float32_logits:
             logits = F.linear(hidden.float(), self.weight.float())
+        elif self.kernels is not None:  # a dependent-launch GEMV at batch 1, not a two-block BLAS call
+            logits = self.kernels.linear(hidden, self.weight)
         else:
             logits = F.linear(hidden, self.weight)
         if self.kernels is not None and hasattr(self.kernels, "topk_softmax"):
