@@ -15,7 +15,7 @@ widened at every size (auto: e4m3 activations at decode, ``fp8_activations_defau
 ``--layers`` layers, each with its own random top-k experts from one of ``--weight-sets`` distinct
 sets of every expert's weights (many times L2's size), so no layer finds its experts in L2; the
 ``--sweep`` above repeats one set and one routing, so it times L2-hot GEMMs. Per variant of the
-decode tiles (``COLD_VARIANTS``): gate/up alone, down (with the k-pair sum) alone and the whole
+decode tiles (``COLD_VARIANTS``): gate/up alone, down (its rows unsummed, as in a model) alone and the whole
 layer (``fused_experts``), in us a layer and GB/s of the routed experts' bytes, and the layer's
 error against the float32 torch loop; one ``L2-hot`` row repeats the default on one layer.
 ``--experts`` takes several formats here (``model fp8``). Not a test: nothing here asserts.
@@ -194,6 +194,12 @@ COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of defaul
     "gate/up K/2, 8 stages": ({"k_scale": 0.5, "num_stages": 8}, {}),
     "gate/up 8 warps": ({"num_warps": 8}, {}),
     "down K/2, 6 stages": ({}, {"k_scale": 0.5, "num_stages": 6}),
+    "down 128 columns": ({}, {"block_n": 128}),
+    "down 32 columns": ({}, {"block_n": 32}),
+    "down 8 warps": ({}, {"num_warps": 8}),
+    "down 128 columns, 8 warps": ({}, {"block_n": 128, "num_warps": 8}),
+    "down 2K": ({}, {"k_scale": 2}),
+    "gate/up 64 columns": ({"block_n": 64}, {}),
 }
 """Each names tile fields to change (``k_scale`` multiplies block_k). Down programs summing several
 of a token's pairs and L2 prefetches of the down weights lost to every default here on the H100
@@ -267,7 +273,7 @@ def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
                      for tile, changes in zip(layers.defaults, COLD_VARIANTS.get(variant, ({}, {}))))
     count = len(layers.routes)
     layer_of = (lambda i: 0) if variant == "L2-hot" else (lambda i: i)
-    down_out = torch.empty_like(layers.x)
+    down_out = layers.x.new_empty((layers.act.shape[0], layers.x.shape[1]), dtype=torch.float32)
 
     def run_gate_up(i):
         w13, _, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
@@ -278,15 +284,15 @@ def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
         _, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         topk_weights, topk_ids = layers.routes[layer_of(i)]
         grouped_gemm(layers.act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
-                     sum_pairs=layers.top_k, fp8_activations=layers.fp8_activations, **split_formats(formats)[1])
+                     fp8_activations=layers.fp8_activations, **split_formats(formats)[1])
 
-    def run_layer(i):
+    def run_layer(i):  # the expert rows left unsummed, as a model whose next norm adds them runs it
         w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         return fused_experts(layers.x, w13, w2, *layers.routes[layer_of(i)], tilings=(gate_up, down),
-                             fp8_activations=layers.fp8_activations, **formats)
+                             fp8_activations=layers.fp8_activations, pair_rows=True, **formats)
 
     try:
-        out = run_layer(0)
+        out = run_layer(0).sum(1)
         us = {part: graph_time(lambda: [run(i) for i in range(count)], rep=10) * 1e3 / count
               for part, run in (("gate/up", run_gate_up), ("down", run_down), ("layer", run_layer))}
     except Exception as error:  # tiles that do not fit shared memory or registers
