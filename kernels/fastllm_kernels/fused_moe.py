@@ -133,7 +133,7 @@ def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
     return triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs", "num_blocks"])  # one variant whatever the step's token count
 def _align_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, num_pairs, num_experts, num_blocks,
                   BLOCK_M: tl.constexpr, PAIRS: tl.constexpr, EXPERTS: tl.constexpr, CHUNK: tl.constexpr):
     """One program: a histogram of experts, padded run starts by cumsum, the pairs sorted by
@@ -253,7 +253,9 @@ def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, SWAP_AB: tl.constexpr
     return acc
 
 
-@triton.jit
+# the pair and block counts change with every step's token count: specialized on their divisibility
+# by 16 (or on 1), they compiled new variants mid-run, each stalling a serving step for a second or more
+@triton.jit(do_not_specialize=["num_pairs", "num_blocks"])
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, zero_ptr, book_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, topk_w_ptr,
     ws_ptr, lock_ptr, N, K, num_pairs, num_blocks, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
