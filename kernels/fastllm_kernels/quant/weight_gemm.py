@@ -175,7 +175,7 @@ def _gemv_kernel(
     write_split_output(out[None, :], tl.arange(0, 1), cols, 1, N, y_ptr, 0, ws_ptr, lock_ptr, pid_n, pid_k, SPLIT_K)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # the step's row count: one variant whatever it is, none compiled mid-run
 def _gemm_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, M, N, K,
     stride_xm, stride_qn, stride_sn, stride_ym,
