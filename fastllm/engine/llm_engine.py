@@ -95,7 +95,7 @@ class LLMEngine:
         self.structured_output = self._structured_output_backend()
         self.runner = create_executor(config, self.hf_config, self.platform, loader, self.dtype)
         num_blocks = self._num_kv_blocks()
-        self.runner.allocate_kv_cache(num_blocks)
+        self.runner.allocate_kv_cache(num_blocks, self.max_num_batched_tokens)
         logger.info("Doing profile, the total_block_num:%d (block_size %d, %d tokens)",
                     num_blocks, config.block_size, num_blocks * config.block_size)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)

@@ -34,7 +34,9 @@ class Executor(Protocol):
         """KV-cache bytes one block takes on one rank."""
         ...
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
+    def allocate_kv_cache(self, num_blocks: int, step_tokens: int) -> None:
+        """The serving cache of ``num_blocks``, with the kernels warmed up for steps of up to
+        ``step_tokens`` tokens (``max_num_batched_tokens``)."""
         ...
 
     def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:

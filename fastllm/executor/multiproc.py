@@ -96,9 +96,9 @@ class MultiprocExecutor:
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()  # every rank holds the same number of KV heads
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
-        self.workers.request("allocate_kv_cache", num_blocks)
-        self.runner.allocate_kv_cache(num_blocks)
+    def allocate_kv_cache(self, num_blocks: int, step_tokens: int) -> None:
+        self.workers.request("allocate_kv_cache", num_blocks, step_tokens)
+        self.runner.allocate_kv_cache(num_blocks, step_tokens)
         self.workers.gather()
 
     def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:

@@ -36,8 +36,8 @@ class UniprocExecutor:
     def bytes_per_block(self) -> int:
         return self.runner.bytes_per_block()
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
-        self.runner.allocate_kv_cache(num_blocks)
+    def allocate_kv_cache(self, num_blocks: int, step_tokens: int) -> None:
+        self.runner.allocate_kv_cache(num_blocks, step_tokens)
 
     def profile_peak_bytes(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
         return self.runner.profile_peak_bytes(num_tokens, max_model_len, max_num_seqs)

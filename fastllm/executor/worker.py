@@ -77,8 +77,8 @@ class Worker:
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
-        self.runner.allocate_kv_cache(num_blocks)
+    def allocate_kv_cache(self, num_blocks: int, step_tokens: int) -> None:
+        self.runner.allocate_kv_cache(num_blocks, step_tokens)
 
     def kv_cache_budget(self, num_tokens: int, max_model_len: int, max_num_seqs: int) -> int:
         """This rank's KV budget, profiled in step with rank 0's profile (it has collectives)."""

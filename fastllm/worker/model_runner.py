@@ -115,14 +115,14 @@ class ModelRunner:
         per_token = 2 * attn.num_kv_heads * attn.head_dim * self.kv_cache_dtype().itemsize
         return per_token * self.block_size * len(self._stage_attention())
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
+    def allocate_kv_cache(self, num_blocks: int, step_tokens: int) -> None:
         """The serving cache; where the platform compiles kernels lazily, the warm-up, and where it
         captures graphs, the decode graphs over it (verification steps of up to
         ``num_speculative_tokens`` drafts included). Start-up ends here: its heap is frozen
         (``fastllm.worker.gc_heap``)."""
         self._allocate_caches(num_blocks)
         if self.platform.warms_up_kernels:
-            self.warm_up()
+            self.warm_up(step_tokens)
         max_len = self.config.max_model_len or getattr(self.hf_config, "max_position_embeddings", 2048)
         max_blocks = min(num_blocks, -(-max_len // self.block_size))
         forward = self._eager_forward
@@ -149,12 +149,13 @@ class ModelRunner:
         self.num_blocks = num_blocks
 
     @torch.inference_mode()
-    def warm_up(self) -> None:
-        """Run a decode beside an extend of 1, 2, 4 .. 128 tokens, so that every attention-kernel
-        variant a step can pick by its query length is compiled before the first request: a
-        first compilation mid-serving stalls the whole batch for a second or more. The blocks
-        written hold no sequence yet, and real ones overwrite a slot before reading it."""
-        for query_len in (2 ** i for i in range(8)):
+    def warm_up(self, step_tokens: int) -> None:
+        """Run a decode beside an extend of 1, 2, 4 .. tokens, up to steps of ``step_tokens``, so
+        that every kernel variant a step can pick by its size (attention by query length, an MoE
+        layer's grouped-GEMM tiles by the tokens an expert gets) is compiled before the first
+        request: a first compilation mid-serving stalls the whole batch for a second or more. The
+        blocks written hold no sequence yet, and real ones overwrite a slot before reading it."""
+        for query_len in (2 ** i for i in range(max(1, step_tokens - 1).bit_length())):
             if 2 + -(-(query_len + 1) // self.block_size) > self.num_blocks:  # block 0 is never used
                 break
             inputs = self._dummy_inputs([(2, 1), (query_len + 1, query_len)])
