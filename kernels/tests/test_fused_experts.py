@@ -211,6 +211,28 @@ def test_four_bit_experts_match_dense_reference_on_their_dequantized_weights(dty
     assert rel_err(out, dense_moe(x, d13, d2, topk_weights, topk_ids)) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "int4", "nf4"])
+def test_quantized_experts_leave_their_rows_unsummed_too(fmt):
+    """``pair_rows`` with quantized experts at one pair a block: float32 rows that add up to the sum
+    the layer returns otherwise."""
+    x = randn(1, 128, dtype=torch.float16)
+    w13, w2 = moe_weights(16, 128, 64, torch.float32)
+    if fmt == "fp8":
+        (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
+        formats = {"w13_scale": s13, "w2_scale": s2, "fp8_activations": False}
+    else:
+        book = torch.tensor(NF4_CODES, device=DEVICE) if fmt == "nf4" else None
+        (q13, s13, z13, _), (q2, s2, z2, _) = four_bit(w13, 32, book), four_bit(w2, 32, book)
+        formats = {"w13_scale": s13, "w2_scale": s2, "w13_zero": z13, "w2_zero": z2, "book": book}
+    topk_weights, topk_ids = routing(1, 16, 2)
+
+    summed = fused_experts(x, q13, q2, topk_weights, topk_ids, **formats)
+    rows = fused_experts(x, q13, q2, topk_weights, topk_ids, pair_rows=True, **formats)
+
+    assert rows.shape == (1, 2, 128) and rows.dtype == torch.float32
+    assert rel_err(rows.sum(1), summed) < TOLERANCE[torch.float16]
+
+
 def test_four_bit_experts_need_a_zero_or_a_book():
     x = randn(2, 32, dtype=torch.float32)
     w13, w2 = moe_weights(4, 32, 16, torch.float32)
