@@ -5,7 +5,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
 #   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moegemv, moequant, moethroughput, multimodal, parallel,
-#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, dpgraph2, ep2, big4, lanes4)
+#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, dpgraph2, ep2, big4, lanes4, warmcheck)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -381,6 +381,18 @@ lanes4)  # four GPUs, disjoint pairs at once: Llama-3-8B TP=1 / TP=2 batch 1, TP
    lane moe_tp2 60 $FASTLLM $MOE --output-json "$OUT/moe_tp2.json") &
   wait
   collect  # the lanes' last ones may have raced
+  ;;
+warmcheck)  # one H100 (#25): no kernel compiled mid-run with prompts of varied length (ERNIE-4.5-21B-A3B, the
+  # warm-up to the step budget), then batch-1 Qwen3-30B-A3B bf16 / fp8 over 5 iterations (the 60% line);
+  # the steps' limits add up to 340 s
+  step warm_ernie 150 $PY benchmarks/step_timeline.py ernie "$OUT" bench throughput --model ernie-4.5-21b-a3b \
+    --load-format dummy --dtype bfloat16 --num-prompts 300 --input-len 600 --output-len 64 --range-ratio 0.9 \
+    --max-num-seqs 64 --quiet
+  for q in none fp8; do
+    TAIL=3 step "b1_qwen3_$q" 95 $FASTLLM bench latency --model qwen3-30b-a3b --load-format dummy --dtype bfloat16 \
+      --batch-size 1 --input-len 128 --output-len 128 --num-iters 5 --max-num-seqs 16 \
+      $([ $q = none ] || echo --quantization $q) --output-json "$OUT/b1_qwen3_$q.json"
+  done
   ;;
 esac
 done
