@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -198,10 +197,10 @@ class ModelRunner:
                 and getattr(self.backend, "cuda_graph_safe", False))
 
     def _pads_eagerly(self) -> bool:
-        """Lockstep replicas without captured graphs (CPU) run the padded common-bucket decode
-        steps eagerly over the graphs' static buffers, where ``FASTLLM_DP_PADDED_EAGER=1`` (tests)."""
-        return (experts_over_replicas() and os.environ.get("FASTLLM_DP_PADDED_EAGER") == "1"
-                and getattr(self.backend, "cuda_graph_safe", False))
+        """Lockstep replicas without captured graphs (the CPU, ``enforce_eager``) whose attention
+        backend could be captured run the padded common-bucket decode steps eagerly, over the
+        graphs' static buffers: the path the graphs take, step for step."""
+        return experts_over_replicas() and getattr(self.backend, "cuda_graph_safe", False)
 
     # ---- one step ---------------------------------------------------------------------------
     @torch.inference_mode()

@@ -41,18 +41,18 @@ def test_expert_parallel_2_matches_hf(model_type, all_to_all, tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_data_parallel_attention_with_experts_over_the_replicas_matches_hf(padded, tmp_path, monkeypatch):
+def test_data_parallel_attention_with_experts_over_the_replicas_matches_hf(padded, tmp_path):
     """Two one-rank replicas, each with its own requests and KV cache, hold half the experts each:
     every MoE layer gathers both replicas' tokens. Prompts of other lengths and output budgets
     leave one replica idle while the other decodes (it keeps step with a one-token pass).
-    ``padded``: decode steps pad to a common bucket (the CUDA-graph path, run eagerly) and steps
-    overlap (tests/distributed/test_replica_step.py checks that path step by step)."""
+    ``padded`` (an attention backend graphs could capture): decode steps pad to a common bucket (the
+    CUDA-graph path, run eagerly) and steps overlap (tests/distributed/test_replica_step.py checks
+    that path step by step)."""
     folder, model = save_tiny_checkpoint("qwen3_moe", tmp_path)
     budgets = [MAX_NEW, 3, MAX_NEW, 6]
     expected = [hf_greedy(model, p, n) for p, n in zip(PROMPTS, budgets)]
     extra = {}
     if padded:
-        monkeypatch.setenv("FASTLLM_DP_PADDED_EAGER", "1")
         extra = dict(attention_backend="triton", async_scheduling=True)
     llm = LLM(folder, dtype="float32", data_parallel_size=2, enable_expert_parallel=True,
               num_gpu_blocks_override=64, block_size=16, max_num_batched_tokens=16, **extra)

@@ -3,7 +3,7 @@ the common padded bucket, and the padding rows whose routes carry no weight.
 
 The end-to-end test runs two replicas' engines over gloo, each built as ``run_replica`` builds
 it, with the padded common-bucket decode steps run eagerly over the decode graphs' static
-buffers (``FASTLLM_DP_PADDED_EAGER``, the Triton attention backend under the interpreter):
+buffers (the Triton attention backend under the interpreter, which graphs could capture):
 greedy tokens equal transformers', while one replica holds three sequences and the other one
 that finishes early, so it keeps step idle inside padded steps, and async scheduling is on.
 """
@@ -83,8 +83,7 @@ def _replica(rank: int, init: str, folder: str, results: dict) -> None:
         destroy_tensor_parallel()
 
 
-def test_padded_lockstep_decode_matches_hf(tmp_path, monkeypatch):
-    monkeypatch.setenv("FASTLLM_DP_PADDED_EAGER", "1")
+def test_padded_lockstep_decode_matches_hf(tmp_path):
     folder, model = save_tiny_checkpoint("qwen3_moe", tmp_path)
     results = mp.Manager().dict()
     mp.spawn(_replica, args=(f"file://{tmp_path}/rendezvous", folder, results), nprocs=2)
