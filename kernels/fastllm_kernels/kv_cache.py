@@ -15,17 +15,17 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
-from fastllm_kernels.rotary import HeadNorms, rotary_args, rotate_token
+from fastllm_kernels.rotary import HeadNorms, head_halves, rotary_args, rotate_token
 
 
 @triton.jit
-def _to_cache(values, cache_ptr, slot, offsets, mask, SATURATE: tl.constexpr):
-    """Store ``values`` at ``offsets`` of ``slot`` (none for a negative slot); fp8 caches clamp to
-    their largest finite value first, then round."""
+def _to_cache(values, cache_ptrs, slot, mask, SATURATE: tl.constexpr):
+    """Store ``values`` at ``cache_ptrs`` in ``slot`` (none for a negative slot); fp8 caches clamp
+    to their largest finite value first, then round."""
     if SATURATE > 0:
         values = tl.minimum(tl.maximum(values.to(tl.float32), -SATURATE), SATURATE)
     # slot broadcast first: the interpreter mishandles `tensor & scalar` masks
-    tl.store(cache_ptr + offsets, values.to(cache_ptr.dtype.element_ty), mask=mask & (offsets * 0 + slot >= 0))
+    tl.store(cache_ptrs, values.to(cache_ptrs.dtype.element_ty), mask=mask & (mask.to(tl.int64) * 0 + slot >= 0))
 
 
 @triton.jit
@@ -41,8 +41,8 @@ def _write_token(token, key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mappi
     k = tl.load(key_ptr + token * stride_kt + heads[:, None] * stride_kh + dims[None, :], mask=mask)
     v = tl.load(value_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
     dst = slot * stride_cache_slot + heads[:, None] * HEAD_DIM + dims[None, :]
-    _to_cache(k, k_cache_ptr, slot, dst, mask, SATURATE)
-    _to_cache(v, v_cache_ptr, slot, dst, mask, SATURATE)
+    _to_cache(k, k_cache_ptr + dst, slot, mask, SATURATE)
+    _to_cache(v, v_cache_ptr + dst, slot, mask, SATURATE)
 
 
 @triton.jit
@@ -78,13 +78,13 @@ def _rotary_write_kernel(
         k1, k2 = rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt,
                               stride_kh, stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps,
                               Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
-        pairs = tl.arange(0, HALF_PAD)
-        first, second = (pairs, pairs + ROT_HALF) if IS_NEOX else (2 * pairs, 2 * pairs + 1)
-        row = slot * stride_cache_slot + heads[:, None] * HEAD_DIM
-        half_mask = (heads < num_kv_heads)[:, None] & (pairs < ROT_HALF)[None, :]
-        _to_cache(k1, k_cache_ptr, slot, row + first[None, :], half_mask, SATURATE)
-        _to_cache(k2, k_cache_ptr, slot, row + second[None, :], half_mask, SATURATE)
-        _to_cache(v, v_cache_ptr, slot, row + dims[None, :], mask, SATURATE)
+        # the slot holds the token's heads as the key tensor holds them, HEAD_DIM apart
+        k1_ptrs, k2_ptrs, half_mask = head_halves(k_cache_ptr + slot * stride_cache_slot, HEAD_DIM, num_kv_heads,
+                                                   KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
+        _to_cache(k1, k1_ptrs, slot, half_mask, SATURATE)
+        _to_cache(k2, k2_ptrs, slot, half_mask, SATURATE)
+        _to_cache(v, v_cache_ptr + slot * stride_cache_slot + heads[:, None] * HEAD_DIM + dims[None, :], slot, mask,
+                  SATURATE)
     else:  # partial rotary: the key's other dims come along in the copy
         rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
                      stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps, Q_HEADS_PAD, KV_HEADS_PAD,

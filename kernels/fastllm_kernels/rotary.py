@@ -19,14 +19,15 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
 @triton.jit
-def _head_halves(x_ptr, stride_head, num_heads, HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
+def head_halves(x_ptr, stride_head, num_heads, HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
                  HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
     """Pointers to every head's two rotary halves ``[HEADS_PAD, HALF_PAD]`` and their mask."""
     heads = tl.arange(0, HEADS_PAD)
     pairs = tl.arange(0, HALF_PAD)
     mask = (heads < num_heads)[:, None] & (pairs < ROT_HALF)[None, :]
     first, second = (pairs, pairs + ROT_HALF) if IS_NEOX else (2 * pairs, 2 * pairs + 1)
-    return x_ptr + heads[:, None] * stride_head + first[None, :], x_ptr + heads[:, None] * stride_head + second[None, :], mask
+    rows = x_ptr + heads[:, None] * stride_head
+    return rows + first[None, :], rows + second[None, :], mask
 
 
 @triton.jit
@@ -35,11 +36,11 @@ def _rotate_heads(ptr1, ptr2, mask, x1, x2, cos, sin, norm_ptr, eps, ROT_HALF: t
     """Rotate loaded halves ``x1``, ``x2`` (float32; ``NORM``: RMS-normalised per head first, rounded
     to x's dtype as the norm kernel rounds), store them in place; returns them in x's dtype."""
     if NORM:  # the rotary dims are the whole head (rotary_args checks)
-        pairs = tl.arange(0, HALF_PAD)
-        first, second = (pairs, pairs + ROT_HALF) if IS_NEOX else (2 * pairs, 2 * pairs + 1)
         rstd = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * ROT_HALF) + eps)[:, None]
-        w1 = tl.load(norm_ptr + first, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
-        w2 = tl.load(norm_ptr + second, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
+        # the norm's weights as one head, [1, HALF_PAD]
+        w1_ptr, w2_ptr, w_mask = head_halves(norm_ptr, 0, 1, 1, ROT_HALF, HALF_PAD, IS_NEOX)
+        w1 = tl.load(w1_ptr, mask=w_mask, other=0.0).to(tl.float32)
+        w2 = tl.load(w2_ptr, mask=w_mask, other=0.0).to(tl.float32)
         x1 = (x1 * rstd * w1).to(ptr1.dtype.element_ty).to(tl.float32)
         x2 = (x2 * rstd * w2).to(ptr1.dtype.element_ty).to(tl.float32)
     y1 = (x1 * cos - x2 * sin).to(ptr1.dtype.element_ty)
@@ -59,9 +60,9 @@ def rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
     returns the keys' rotated halves ``[KV_HEADS_PAD, HALF_PAD]`` in their dtype. Every head is
     loaded before the position's cos/sin row, whose address waits for the position: two memory
     round trips a token, not one a tensor."""
-    q1_ptr, q2_ptr, q_mask = _head_halves(q_ptr + token * stride_qt, stride_qh, num_heads, Q_HEADS_PAD, ROT_HALF,
+    q1_ptr, q2_ptr, q_mask = head_halves(q_ptr + token * stride_qt, stride_qh, num_heads, Q_HEADS_PAD, ROT_HALF,
                                           HALF_PAD, IS_NEOX)
-    k1_ptr, k2_ptr, k_mask = _head_halves(k_ptr + token * stride_kt, stride_kh, num_kv_heads, KV_HEADS_PAD,
+    k1_ptr, k2_ptr, k_mask = head_halves(k_ptr + token * stride_kt, stride_kh, num_kv_heads, KV_HEADS_PAD,
                                           ROT_HALF, HALF_PAD, IS_NEOX)
     position = tl.load(positions_ptr + token)
     q1 = tl.load(q1_ptr, mask=q_mask, other=0.0).to(tl.float32)
