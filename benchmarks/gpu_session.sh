@@ -5,7 +5,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
 #   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moegemv, moequant, moethroughput, multimodal, parallel,
-#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, dpgraph2, ep2, big4, lanes4, warmcheck)
+#   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, dpgraph2, ep2, big4, lanes4, warmcheck, ernieoffline)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
 # with -P, so fastllm comes from those wheels, not from the working tree beside them. .gguf/ may
@@ -393,6 +393,16 @@ warmcheck)  # one H100 (#25): no kernel compiled mid-run with prompts of varied 
       --batch-size 1 --input-len 128 --output-len 128 --num-iters 5 --max-num-seqs 16 \
       $([ $q = none ] || echo --quantization $q) --output-json "$OUT/b1_qwen3_$q.json"
   done
+  ;;
+ernieoffline)  # one H100 (#25): ERNIE-4.5-21B-A3B offline, the 1000 x (1024 in / 256 out), under the step
+  # timeline, with traces of the steps WINDOWS names (a mixed step of the first wave, a decode step at full batch)
+  TRACES=/tmp/traces/ernie
+  FASTLLM_TORCH_PROFILER_DIR=$TRACES FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-290:1,450:1} step ernie_offline 240 \
+    $PY benchmarks/step_timeline.py ernie_offline "$OUT" bench throughput --model ernie-4.5-21b-a3b --load-format dummy \
+    --dtype bfloat16 --num-prompts 1000 --input-len 1024 --output-len 256 --range-ratio 0 --max-num-seqs 512 \
+    ${EXTRA:-} --output-json "$OUT/ernie_offline.json"
+  $PY benchmarks/trace_summary.py $TRACES "$OUT/traces_ernie.json" > "$OUT/traces_ernie.txt" 2>&1
+  tail -80 "$OUT/traces_ernie.txt"; cp $TRACES/*.json.gz "$OUT/" 2>/dev/null
   ;;
 esac
 done
