@@ -37,10 +37,8 @@ from fastllm_quant.experts import quantize_four_bit_experts
 from fastllm_quant.fp8 import quantize_fp8_experts
 from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, quantize_int4
 from fastllm_quant.nf4 import DEFAULT_BLOCK_SIZE, quantize_nf4
-from fastllm_kernels.fused_moe import (
-    MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm,
-    moe_align_block_size, one_pair_a_block, one_pair_blocks,
-)
+from fastllm_kernels.fused_moe import MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm
+from fastllm_kernels.moe_align import moe_align_block_size, one_pair_a_block, one_pair_blocks
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
     "qwen3-30b-a3b": (2048, 768, 128, 8),
@@ -56,7 +54,9 @@ FP8_ACTIVATION_TILES = [MoeTiling(16, 128, k, num_stages=s) for k, s in itertool
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
-                                          (128, 256, 64, 8, 8, 3), (32, 64, 128, 4, 4, 4)]]
+                                          (128, 256, 64, 8, 8, 3), (32, 64, 128, 4, 4, 4), (128, 128, 64, 8, 8, 4),
+                                          (128, 64, 64, 8, 8, 4), (64, 64, 64, 8, 4, 3), (128, 128, 32, 8, 8, 4),
+                                          (64, 256, 64, 8, 8, 3), (64, 128, 64, 8, 4, 4)]]
 
 
 def routed(tokens: int, experts: int, top_k: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -44,10 +44,12 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   topk_ids: torch.Tensor, activation: str = "silu", w13_scale: Optional[torch.Tensor] = None,
                   w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None,
                   w13_zero: Optional[torch.Tensor] = None, w2_zero: Optional[torch.Tensor] = None,
-                  book: Optional[torch.Tensor] = None, pair_rows: bool = False) -> torch.Tensor:
+                  book: Optional[torch.Tensor] = None, pair_rows: bool = False,
+                  addend: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
     ``pair_rows``: the kernels may instead return the weighted rows unsummed, ``[T, k, H]``
-    (float32), for a norm that adds them (``RMSNorm`` takes summands).
+    (float32), for a norm that adds them (``RMSNorm`` takes summands). ``addend [T, H]`` (the
+    shared experts' output) is added to the sum (the kernels, in the pass that sums the rows).
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
     first dimension. ``w13_scale [E, 2I]`` / ``w2_scale [E, H]``: the weights are float8 with
@@ -59,11 +61,12 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     """
     if kernels is not None and hasattr(kernels, "fused_experts"):
         options = {"w13_scale": w13_scale, "w2_scale": w2_scale, "w13_zero": w13_zero, "w2_zero": w2_zero,
-                   "book": book, "pair_rows": pair_rows or None}
+                   "book": book, "pair_rows": pair_rows or None, "addend": addend}
         return kernels.fused_experts(hidden, w13, w2, topk_weights, topk_ids, activation=activation,
                                      **{name: value for name, value in options.items() if value is not None})
-    return fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale,
-                                   w13_zero, w2_zero, book)
+    out = fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale,
+                                  w13_zero, w2_zero, book)
+    return out if addend is None else out + addend
 
 
 def fused_experts_reference(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
@@ -215,21 +218,28 @@ class FusedMoE(nn.Module):
         elif use_expert_all_to_all(hidden.shape[0]):
             out = self._routed_all_to_all(hidden)
         else:
-            topk_weights, topk_ids = self.gate(hidden)
-            if self.expert_map is not None:
-                topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
-            pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
-            out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids, pair_rows))
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(hidden)
-        return out
+            return self._routed_here(hidden)
+        return out if self.shared_experts is None else out + self.shared_experts(hidden)
+
+    def _routed_here(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Every token's routes to this rank's experts, the ranks' parts summed. On one rank the
+        shared experts' output joins the pass that sums the routed rows; over ranks it is added
+        after the all-reduce (the shared MLP reduces its own)."""
+        topk_weights, topk_ids = self.gate(hidden)
+        if self.expert_map is not None:
+            topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
+        if self.shared_experts is not None and tp_size() == 1:
+            return self._local_experts(hidden, topk_weights, topk_ids, addend=self.shared_experts(hidden))
+        pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
+        out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids, pair_rows))
+        return out if self.shared_experts is None else out + self.shared_experts(hidden)
 
     def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
-                       pair_rows: bool = False) -> torch.Tensor:
+                       pair_rows: bool = False, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Routes given as indices into this rank's experts, weighted and summed (or, with
-        ``pair_rows``, possibly left unsummed: ``fused_experts``)."""
+        ``pair_rows``, possibly left unsummed: ``fused_experts``), plus ``addend`` if given."""
         return fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation, self.w13_scale,
-                             self.w2_scale, self.kernels, self.w13_zero, self.w2_zero, self.book, pair_rows)
+                             self.w2_scale, self.kernels, self.w13_zero, self.w2_zero, self.book, pair_rows, addend)
 
     def _routed_all_to_all(self, hidden: torch.Tensor) -> torch.Tensor:
         """Expert parallelism by all-to-all: this rank routes its share of the replicated tokens,

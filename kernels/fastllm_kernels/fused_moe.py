@@ -34,15 +34,11 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.device import fp8_tensor_cores
+from fastllm_kernels.moe_align import ExpertBlocks, moe_align_block_size, one_pair_a_block, one_pair_blocks
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
 from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
 
-MAX_ALIGN_PAIRS = 4096
-"""Pairs the one-program alignment kernel sorts in registers (decode and small batches, where
-the dozen torch launches of the general path would cost more than the GEMMs)."""
-ONE_PAIR_BLOCKS_SHARE = 8
-"""Pairs go one a block, ungrouped, while there are at most an eighth as many as experts."""
 FP8_MAX = tl.constexpr(torch.finfo(torch.float8_e4m3fn).max)  # e4m3's largest finite value, 448
 FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
 """Set to 0: fp8 experts widen their weights at every batch size (the W8A16 product)."""
@@ -95,103 +91,6 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     elif weight_size == 1 and per_expert <= 32:
         tiles = tuple(replace(tile, block_k=tile.block_k * 2) for tile in tiles)
     return tiles
-
-
-# ---- token grouping ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ExpertBlocks:
-    """Pairs grouped by expert. ``sorted_pairs [num_blocks * block_m]``: pair ids (``token * k +
-    slot``), each expert's run padded to whole blocks with ``num_pairs`` (no pair);
-    ``expert_ids [num_blocks]``: each block's expert (``num_experts`` past the end);
-    ``num_padded [1]``: slots in use. ``num_blocks`` is an upper bound from the shapes.
-    ``block_m`` None: one pair a block, in pair order (``one_pair_blocks``)."""
-
-    sorted_pairs: torch.Tensor
-    expert_ids: torch.Tensor
-    num_padded: torch.Tensor
-    block_m: int | None
-
-    @property
-    def num_blocks(self) -> int:
-        return self.expert_ids.shape[0]
-
-
-def one_pair_a_block(num_pairs: int, num_experts: int) -> bool:
-    """Whether ``num_pairs`` go one a block (``ONE_PAIR_BLOCKS_SHARE``) rather than grouped by expert."""
-    return num_pairs * ONE_PAIR_BLOCKS_SHARE <= num_experts
-
-
-def one_pair_blocks(topk_ids: torch.Tensor) -> ExpertBlocks:
-    """Block ``p`` holds pair ``p`` alone: no grouping launch. For a handful of pairs (batch-1
-    decode), where experts rarely repeat, so hardly a weight byte is read twice."""
-    expert_ids = topk_ids.reshape(-1)
-    return ExpertBlocks(expert_ids, expert_ids, expert_ids, None)
-
-
-def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
-    """At most one partial block per expert that gets a pair, beyond the full ones."""
-    return triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
-
-
-@triton.jit(do_not_specialize=["num_pairs", "num_blocks"])  # one variant whatever the step's token count
-def _align_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, num_pairs, num_experts, num_blocks,
-                  BLOCK_M: tl.constexpr, PAIRS: tl.constexpr, EXPERTS: tl.constexpr, CHUNK: tl.constexpr):
-    """One program: a histogram of experts, padded run starts by cumsum, the pairs sorted by
-    (expert, pair) as packed int32 keys; a pair's slot is its run's start plus its rank there."""
-    pair = tl.arange(0, PAIRS)
-    expert_of = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=num_experts).to(tl.int32)
-    bins = tl.arange(0, EXPERTS)
-    counts = tl.where(bins < num_experts, tl.histogram(expert_of, EXPERTS), 0)
-    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    ends = tl.cumsum(padded, 0)
-    # a sorted pair's rank in its run: its sorted position minus the pairs of earlier experts
-    run_shift = ends - padded - (tl.cumsum(counts, 0) - counts)
-    keys = tl.sort(expert_of * PAIRS + pair)
-    expert = keys // PAIRS
-    slot = tl.gather(run_shift, tl.minimum(expert, EXPERTS - 1), 0) + pair
-    for start in range(0, num_blocks, CHUNK):
-        block = start + tl.arange(0, CHUNK)
-        fill = block[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        tl.store(sorted_ptr + fill, num_pairs, mask=(block < num_blocks)[:, None])
-        ended = (ends[None, :] <= block[:, None] * BLOCK_M) & (bins < num_experts)[None, :]
-        tl.store(expert_ids_ptr + block, tl.sum(ended.to(tl.int32), 1), mask=block < num_blocks)
-    tl.debug_barrier()  # the padding is written before any pair lands on it
-    tl.store(sorted_ptr + slot, keys % PAIRS, mask=expert < num_experts)
-    tl.store(num_padded_ptr, tl.sum(padded, 0))
-
-
-def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int) -> ExpertBlocks:
-    """Group the pairs of ``topk_ids [T, k]`` by expert into blocks of ``block_m`` slots."""
-    ids = topk_ids.reshape(-1)
-    num_pairs = ids.numel()
-    blocks = max_blocks(num_pairs, num_experts, block_m)
-    if num_pairs > MAX_ALIGN_PAIRS or num_experts * num_pairs >= 1 << 31:
-        return _align_torch(ids, block_m, num_experts, blocks)
-    sorted_pairs = torch.empty(blocks * block_m, dtype=torch.int32, device=ids.device)
-    expert_ids = torch.empty(blocks, dtype=torch.int32, device=ids.device)
-    num_padded = torch.empty(1, dtype=torch.int32, device=ids.device)
-    pairs = triton.next_power_of_2(max(num_pairs, 2))
-    _align_kernel[(1,)](ids, sorted_pairs, expert_ids, num_padded, num_pairs, num_experts, blocks, BLOCK_M=block_m,
-                        PAIRS=pairs, EXPERTS=triton.next_power_of_2(num_experts + 1),
-                        CHUNK=min(64, triton.next_power_of_2(blocks)), num_warps=max(4, min(16, pairs // 256)))
-    return ExpertBlocks(sorted_pairs, expert_ids, num_padded, block_m)
-
-
-def _align_torch(ids: torch.Tensor, block_m: int, num_experts: int, blocks: int) -> ExpertBlocks:
-    """The same grouping in torch ops without host syncs (large prefill batches)."""
-    num_pairs = ids.numel()
-    ids = ids.long()
-    counts = torch.zeros(num_experts, dtype=torch.long, device=ids.device).scatter_add_(0, ids, torch.ones_like(ids))
-    padded = (counts + block_m - 1) // block_m * block_m
-    ends = padded.cumsum(0)
-    run_shift = ends - padded - (counts.cumsum(0) - counts)
-    expert, order = torch.sort(ids, stable=True)
-    slot = run_shift[expert] + torch.arange(num_pairs, device=ids.device)
-    sorted_pairs = torch.full((blocks * block_m,), num_pairs, dtype=torch.int32, device=ids.device)
-    sorted_pairs[slot] = order.to(torch.int32)
-    starts = torch.arange(blocks, device=ids.device) * block_m
-    expert_ids = torch.searchsorted(ends, starts, right=True).to(torch.int32)
-    return ExpertBlocks(sorted_pairs, expert_ids, ends[-1:].to(torch.int32), block_m)
 
 
 # ---- grouped GEMMs ----------------------------------------------------------------------------
@@ -433,7 +332,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
                   w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
                   tilings: tuple[MoeTiling, MoeTiling] | None = None,
-                  fp8_activations: bool | None = None, pair_rows: bool = False) -> torch.Tensor:
+                  fp8_activations: bool | None = None, pair_rows: bool = False,
+                  addend: torch.Tensor | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
     ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
@@ -444,7 +344,9 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     (nf4: ``book[code] * scale``). ``fp8_activations``: fp8 experts multiply e4m3 activations
     (``grouped_gemm``); None: ``fp8_activations_default``. ``pair_rows``: where the pairs go one a
     block (batch-1 decode), return each token's k weighted rows unsummed, ``[T, k, H]`` float32, for a
-    consumer that adds them (``fused_add_rms_norm``'s summands): no pair sum in this launch."""
+    consumer that adds them (``fused_add_rms_norm``'s summands): no pair sum in this launch.
+    ``addend [T, H]`` (the shared experts' output) is added to the sum, in the same pass where
+    the pairs are summed by their own launch (``sum_pairs``)."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
@@ -470,14 +372,47 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         rows = hidden.new_empty((num_pairs, hidden.shape[1]), dtype=torch.float32)
         grouped_gemm(act, w2, rows, blocks, down, 1, gated=False, topk_weights=weights, w_scale=w2_scale,
                      **formats[1])
-        return rows.view(tokens, top_k, -1)
+        return rows.view(tokens, top_k, -1) if addend is None else sum_pairs(rows.view(tokens, top_k, -1), addend)
     if blocks.block_m is None and top_k * hidden.numel() <= WORKSPACE_FLOATS and (
             tokens * triton.cdiv(hidden.shape[1], down.block_n) <= TILE_COUNTERS):
-        return grouped_gemm(act, w2, torch.empty_like(hidden), blocks, down, 1, gated=False, topk_weights=weights,
-                            w_scale=w2_scale, sum_pairs=top_k, **formats[1])
+        out = grouped_gemm(act, w2, torch.empty_like(hidden), blocks, down, 1, gated=False, topk_weights=weights,
+                           w_scale=w2_scale, sum_pairs=top_k, **formats[1])
+        return out if addend is None else out.add_(addend)
     if blocks.block_m not in (None, down.block_m):
         blocks = moe_align_block_size(topk_ids, down.block_m, num_experts)
     per_pair = hidden.new_empty((num_pairs, hidden.shape[1]))
     grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=weights, w_scale=w2_scale,
                  **formats[1])
-    return per_pair.view(tokens, top_k, -1).sum(dim=1)
+    return sum_pairs(per_pair.view(tokens, top_k, -1), addend)
+
+
+@triton.jit
+def _sum_pairs_kernel(rows_ptr, addend_ptr, out_ptr, H, K: tl.constexpr, HAS_ADDEND: tl.constexpr,
+                      BLOCK: tl.constexpr):
+    """``out[t] = sum_j rows[t, j] (+ addend[t])`` over ``BLOCK`` columns of one token, in float32,
+    the slots in order (deterministic), every slot's load in flight at once."""
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = cols < H
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for j in tl.static_range(K):
+        acc += tl.load(rows_ptr + (token * K + j) * H + cols, mask=inside, other=0.0).to(tl.float32)
+    if HAS_ADDEND:
+        acc += tl.load(addend_ptr + token * H + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out_ptr + token * H + cols, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def sum_pairs(rows: torch.Tensor, addend: torch.Tensor | None = None) -> torch.Tensor:
+    """``rows [T, k, H]`` summed over k, plus ``addend [T, H]`` if given, in ``addend``'s dtype
+    (else ``rows``'): one pass over the rows, none over a partial sum."""
+    tokens, top_k, hidden = rows.shape
+    rows = rows.contiguous()
+    out = torch.empty((tokens, hidden), dtype=rows.dtype if addend is None else addend.dtype, device=rows.device)
+    if addend is not None and (addend.shape != out.shape or not addend.is_contiguous()):
+        raise ValueError(f"addend {tuple(addend.shape)} (contiguous: {addend.is_contiguous()}) does not fit "
+                         f"rows {tuple(rows.shape)}")
+    block = min(1024, triton.next_power_of_2(hidden))
+    if tokens:
+        _sum_pairs_kernel[(tokens, triton.cdiv(hidden, block))](rows, out if addend is None else addend, out, hidden,
+                                                                K=top_k, HAS_ADDEND=addend is not None, BLOCK=block)
+    return out

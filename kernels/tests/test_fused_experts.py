@@ -3,9 +3,9 @@ import torch
 
 from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.fused_moe import (
-    FP8_ACTIVATIONS_ENV, MAX_ALIGN_PAIRS, MoeTiling, _align_torch, default_tilings, fp8_activations_default,
-    fused_experts, grouped_gemm, max_blocks, moe_align_block_size, one_pair_blocks,
+    FP8_ACTIVATIONS_ENV, MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm, sum_pairs,
 )
+from fastllm_kernels.moe_align import ALIGN_CHUNK, max_blocks, moe_align_block_size, one_pair_blocks
 from fastllm_kernels.quant.dequant import NF4_CODES
 from fastllm_kernels.split_k import scratch
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, nan_like, randn, rel_err
@@ -101,7 +101,12 @@ def test_expert_chosen_twice_by_a_token_counts_twice(experts):
     assert not scratch(torch.device(DEVICE))[1].any()  # one pair a block: the pairs' sum reset its counters
 
 
-@pytest.mark.parametrize("pairs,experts,block_m", [(1, 4, 16), (45, 7, 16), (300, 64, 32)])
+@pytest.mark.parametrize("pairs,experts,block_m", [
+    (1, 4, 16), (45, 7, 16), (300, 64, 32),
+    (3 * ALIGN_CHUNK - 5, 5, 64),    # several chunks, few experts: runs span chunks
+    (9 * ALIGN_CHUNK - 84, 64, 64),  # a decode step of 370 tokens at k = 6
+    (2 * ALIGN_CHUNK, 128, 16),      # whole chunks, 128 experts (a bin for no pair past them)
+])
 def test_alignment_groups_pairs_by_expert_in_padded_blocks(pairs, experts, block_m):
     ids = torch.randint(0, experts, (pairs,), device=DEVICE)
     ids[ids == 1] = 0  # expert 1 gets nothing
@@ -110,34 +115,55 @@ def test_alignment_groups_pairs_by_expert_in_padded_blocks(pairs, experts, block
 
     counts = torch.bincount(ids.cpu(), minlength=experts)
     padded = (counts + block_m - 1) // block_m * block_m
-    assert blocks.num_padded.item() == padded.sum().item()
-    assert blocks.num_blocks == max_blocks(pairs, experts, block_m)
-    sorted_pairs, expert_ids = blocks.sorted_pairs.cpu().long(), blocks.expert_ids.cpu().long()
-    slot_expert = expert_ids.repeat_interleave(block_m)
     used = padded.sum().item()
+    assert blocks.num_padded.item() == used
+    assert blocks.num_blocks == max_blocks(pairs, experts, block_m)
+    sorted_pairs, expert_ids = blocks.sorted_pairs.cpu().long()[:used], blocks.expert_ids.cpu().long()
+    assert torch.equal(expert_ids[:used // block_m], torch.arange(experts).repeat_interleave(padded // block_m))
     assert (expert_ids[used // block_m:] == experts).all()
-    expected = torch.cat([torch.nonzero(ids.cpu() == e).flatten() for e in range(experts)])
-    real = sorted_pairs[:used] < pairs
-    assert torch.equal(sorted_pairs[:used][real], expected)  # by expert, in pair order within one
-    assert torch.equal(ids.cpu()[sorted_pairs[:used][real]], slot_expert[:used][real])
-    assert (sorted_pairs[used:] == pairs).all()
-    reference = _align_torch(ids, block_m, experts, blocks.num_blocks)
-    assert torch.equal(reference.sorted_pairs.cpu(), blocks.sorted_pairs.cpu())
-    assert torch.equal(reference.expert_ids.cpu(), blocks.expert_ids.cpu())
-    assert torch.equal(reference.num_padded.cpu(), blocks.num_padded.cpu())
+    runs = torch.split(sorted_pairs, padded.tolist())
+    for expert, (run, count) in enumerate(zip(runs, counts.tolist())):
+        assert torch.equal(run[:count], torch.nonzero(ids.cpu() == expert).flatten())  # in pair order
+        assert (run[count:] == pairs).all()  # padding: no pair
 
 
-def test_large_batches_align_in_torch_and_pick_prefill_tiles():
-    tokens, experts, top_k = MAX_ALIGN_PAIRS // 2 + 1, 4, 2
-    ids = torch.randint(0, experts, (tokens, top_k), device=DEVICE)
+def test_alignment_of_no_pairs_uses_no_block():
+    blocks = moe_align_block_size(torch.empty(0, 2, dtype=torch.long, device=DEVICE), 16, 8)
 
-    blocks = moe_align_block_size(ids, 128, experts)
+    assert blocks.num_padded.item() == 0 and blocks.num_blocks == 0
 
-    counts = torch.bincount(ids.flatten().cpu(), minlength=experts)
-    assert blocks.num_padded.item() == ((counts + 127) // 128 * 128).sum().item()
-    assert default_tilings(tokens * top_k, experts)[0].block_m == 128
+
+def test_large_batches_pick_prefill_tiles():
+    assert default_tilings(4097 * 2, 4)[0].block_m == 128
     assert default_tilings(8, 64)[0].block_m == 16
     assert default_tilings(8, 64, element_size=4)[0].block_k == default_tilings(8, 64)[0].block_k // 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens,top_k,hidden", [(1, 2, 64), (37, 6, 1500), (5, 8, 2048)])
+def test_sum_pairs_adds_the_slots_and_the_addend(dtype, tokens, top_k, hidden):
+    rows, addend = randn(tokens, top_k, hidden, dtype=dtype), randn(tokens, hidden, dtype=dtype)
+
+    alone, with_addend = sum_pairs(rows), sum_pairs(rows, addend)
+
+    reference = rows.double().sum(1)
+    assert rel_err(alone, reference) < TOLERANCE[dtype]
+    assert rel_err(with_addend, reference + addend.double()) < TOLERANCE[dtype]
+    with pytest.raises(ValueError, match="addend"):
+        sum_pairs(rows, addend[:, :-1])
+
+
+@pytest.mark.parametrize("tokens,experts", [(1, 16), (40, 8)])  # pairs summed in the down GEMM; by sum_pairs
+def test_fused_experts_add_the_shared_experts_output(tokens, experts):
+    x = randn(tokens, 64, dtype=torch.float32)
+    w13, w2 = moe_weights(experts, 64, 32, torch.float32)
+    topk_weights, topk_ids = routing(tokens, experts, 2)
+    shared = randn(tokens, 64, dtype=torch.float32)
+
+    out = fused_experts(x, w13, w2, topk_weights, topk_ids, addend=shared)
+
+    reference = dense_moe(x, w13, w2, topk_weights, topk_ids) + shared.double()
+    assert rel_err(out, reference) < TOLERANCE[torch.float32]
 
 
 def test_fused_experts_rejects_other_activations():
