@@ -18,6 +18,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
+# SITE_FIRST: a target of other wheels (an older build's fastllm) put ahead of .whl's, for A/B runs
+[ -n "${SITE_FIRST:-}" ] && export PYTHONPATH=$SITE_FIRST:${PYTHONPATH:-}
 export PYTHONUNBUFFERED=1
 GGUF=/root/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p /root/smollm2
@@ -396,13 +398,14 @@ warmcheck)  # one H100 (#25): no kernel compiled mid-run with prompts of varied 
   ;;
 ernieoffline)  # one H100 (#25): ERNIE-4.5-21B-A3B offline, the issue's 1000 x (1024 in / 256 out), under the step
   # timeline, with traces of the steps WINDOWS names (a mixed step of the first wave, a decode step at full batch)
-  TRACES=/tmp/traces/ernie
-  FASTLLM_TORCH_PROFILER_DIR=$TRACES FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-290:1,450:1} step ernie_offline 240 \
-    $PY benchmarks/step_timeline.py ernie_offline "$OUT" bench throughput --model ernie-4.5-21b-a3b --load-format dummy \
+  # (SUFFIX names the run's files: several runs, e.g. with SITE_FIRST, in one call)
+  TAG=ernie_offline${SUFFIX:-}; TRACES=/tmp/traces/$TAG
+  FASTLLM_TORCH_PROFILER_DIR=$TRACES FASTLLM_TORCH_PROFILER_STEPS=${WINDOWS:-290:1,450:1} step $TAG 240 \
+    $PY benchmarks/step_timeline.py $TAG "$OUT" bench throughput --model ernie-4.5-21b-a3b --load-format dummy \
     --dtype bfloat16 --num-prompts 1000 --input-len 1024 --output-len 256 --range-ratio 0 --max-num-seqs 512 \
-    ${EXTRA:-} --output-json "$OUT/ernie_offline.json"
-  $PY benchmarks/trace_summary.py $TRACES "$OUT/traces_ernie.json" > "$OUT/traces_ernie.txt" 2>&1
-  tail -80 "$OUT/traces_ernie.txt"; cp $TRACES/*.json.gz "$OUT/" 2>/dev/null
+    ${EXTRA:-} --output-json "$OUT/$TAG.json"
+  $PY benchmarks/trace_summary.py $TRACES "$OUT/traces_$TAG.json" 2>&1 | tail -4
+  for f in $TRACES/*.json.gz; do cp "$f" "$OUT/${TAG}_$(basename "$f" | sed 's/.*-step/step/')"; done
   ;;
 esac
 done

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
+import itertools
 from typing import Callable
 
 import torch
 import triton
 
+from fastllm_kernels.extend_attention import ExtendTiling, default_extend_tiling
 from fastllm_kernels import (fused_add_rms_norm, paged_decode_attention, paged_extend_attention,
                              rms_norm, rotary_embedding, sample_top_k_top_p, silu_and_mul,
                              write_kv_cache)
@@ -82,6 +85,37 @@ def bench_extend(dtype: torch.dtype, elem: int) -> list[dict]:
     return rows
 
 
+def sweep_extend(dtype: torch.dtype) -> list[dict]:
+    """``paged_extend_attention`` over its tile choices, on prefill chunks of 8 x 1024 tokens at
+    the (query heads, kv heads) of Llama-3-8B and ERNIE-4.5-21B-A3B (head_dim 128): the default's
+    time beside each."""
+    rows = []
+    for heads, kv_heads in [(HEADS, KV_HEADS), (20, 4)]:
+        seqs, q_len = 8, 1024
+        per_seq = triton.cdiv(q_len, BLOCK_SIZE)
+        k_cache = torch.randn(seqs * per_seq, BLOCK_SIZE, kv_heads, HEAD_DIM, device="cuda", dtype=dtype)
+        v_cache = torch.randn_like(k_cache)
+        tables = torch.randperm(seqs * per_seq, device="cuda", dtype=torch.int32).view(seqs, per_seq)
+        lens = torch.tensor([q_len] * seqs, dtype=torch.int32, device="cuda")
+        starts = torch.arange(seqs + 1, device="cuda", dtype=torch.int32) * q_len
+        q = torch.randn(seqs * q_len, heads, HEAD_DIM, device="cuda", dtype=dtype)
+        flops = 4 * seqs * q_len * (q_len + 1) / 2 * heads * HEAD_DIM
+        default = default_extend_tiling(HEAD_DIM, heads // kv_heads, q_len, q.element_size())
+        for tiling in dict.fromkeys([default] + [ExtendTiling(m, n, w, s) for m, n, w, s in itertools.product(
+                [64, 128], [32, 64, 128], [4, 8], [2, 3, 4])]):
+            run = functools.partial(paged_extend_attention, q, k_cache, v_cache, tables, starts, lens, q_len, 0.088,
+                                    tiling=tiling)
+            try:
+                us = triton.testing.do_bench_cudagraph(run, rep=50, return_mode="median") * 1e3
+            except Exception as error:  # tiles that do not fit shared memory
+                print(f"skip {tiling}: {type(error).__name__}", flush=True)
+                continue
+            rows.append({"heads": f"{heads}/{kv_heads}", "tiling": str(tiling), "default": tiling == default,
+                         "us": round(us, 1), "TFLOP/s": round(flops / us / 1e6, 1)})
+            print(rows[-1], flush=True)
+    return rows
+
+
 def bench_elementwise(dtype: torch.dtype, elem: int) -> list[dict]:
     rows = []
     for tokens in [256, 8192]:
@@ -136,14 +170,18 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--csv", default="bench_kernels.csv", help="where the table is also written")
     parser.add_argument("--only-attention", action="store_true", help="decode and extend attention only")
+    parser.add_argument("--sweep-extend", action="store_true", help="extend attention's tiles alone")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU")
     dtype = getattr(torch, args.dtype)
     elem = torch.finfo(dtype).bits // 8
     torch.manual_seed(0)
-    rows = bench_decode(dtype, elem) + bench_extend(dtype, elem)
-    if not args.only_attention:
+    if args.sweep_extend:
+        rows = sweep_extend(dtype)
+    else:
+        rows = bench_decode(dtype, elem) + bench_extend(dtype, elem)
+    if not args.only_attention and not args.sweep_extend:
         rows += bench_elementwise(dtype, elem) + bench_sampling()
     columns = list(rows[0])
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]

@@ -10,6 +10,7 @@ position are visible to every row and run without a mask; only the diagonal part
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -107,10 +108,29 @@ def _extend_kernel(
                  o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
 
+@dataclass(frozen=True)
+class ExtendTiling:
+    """``block_m`` rows (query token x head of the group) by ``block_n`` keys a step."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def default_extend_tiling(head_dim: int, group: int, max_query_len: int, element_size: int) -> ExtendTiling:
+    """Query tiles of 128 rows (64 past head_dim 128) unless the runs are short; K and V tiles of
+    about 32 KB each, short query tiles being memory-bound and preferring smaller ones."""
+    block_m = min(128 if head_dim <= 128 else 64, max(16, triton.next_power_of_2(max_query_len * group)))
+    block_m = max(block_m, triton.next_power_of_2(group))
+    block_n = min(128 if block_m > 32 else 32, 32768 // (head_dim * element_size))
+    return ExtendTiling(block_m, block_n, 8 if block_m >= 128 else 4, 2)
+
+
 def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, query_start_loc: torch.Tensor,
                            seq_lens: torch.Tensor, max_query_len: int, scale: float,
-                           out: Optional[torch.Tensor] = None) -> torch.Tensor:
+                           out: Optional[torch.Tensor] = None, tiling: Optional[ExtendTiling] = None) -> torch.Tensor:
     """Causal attention of packed query runs ``q [T, H, D]`` over their paged KV.
 
     Sequence ``b`` owns queries ``query_start_loc[b]:query_start_loc[b+1]``; its ``seq_lens[b]``
@@ -118,7 +138,8 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     ``block_tables[b]``. Query ``i`` sits at position ``seq_len - query_len + i`` and sees keys
     up to and including that position. ``max_query_len`` sizes the grid and must bound every
     run (an over-estimate only launches idle programs). The caches may be fp8 (upcast to q's
-    dtype as loaded; e4m3 needs compute capability 8.9+).
+    dtype as loaded; e4m3 needs compute capability 8.9+). ``tiling``: the launch's tiles
+    (``default_extend_tiling`` if None).
     """
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -129,18 +150,16 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if num_tokens == 0 or num_seqs == 0 or max_query_len == 0:
         return out
     group = num_heads // num_kv_heads
-    block_m = min(128 if head_dim <= 128 else 64, max(16, triton.next_power_of_2(max_query_len * group)))
-    block_m = max(block_m, triton.next_power_of_2(group))
-    # K and V tiles of about 32 KB each; short query tiles are memory-bound and prefer smaller ones.
-    block_n = min(128 if block_m > 32 else 32, 32768 // (head_dim * q.element_size()))
+    tiling = tiling or default_extend_tiling(head_dim, group, max_query_len, q.element_size())
+    block_m = tiling.block_m
     num_tiles = triton.cdiv(max_query_len, block_m // group)
     _extend_kernel[(num_tiles, num_seqs, num_kv_heads)](
         q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out,
         scale * math.log2(math.e), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=tiling.block_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=8 if block_m >= 128 else 4, num_stages=2,
+        num_warps=tiling.num_warps, num_stages=tiling.num_stages,
     )
     return out
 
