@@ -30,7 +30,7 @@ from fastllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from fastllm.sampling_params import GuidedDecodingParams, SamplingParams
 from fastllm.spec_decode.drafts import DraftRoom
 from fastllm.structured_output.drafts import clip_drafts
-from fastllm.worker.gc_heap import freeze_startup_heap, thaw_heap
+from fastllm.worker.gc_heap import freeze_startup_heap, pace_full_collections, thaw_heap
 from fastllm.worker.pending_step import PendingStep
 
 logger = logging.getLogger("fastllm")
@@ -358,7 +358,9 @@ class LLMEngine:
             self.in_flight = self._launch(out, overlapped=True)
             if previous is not None:
                 touched.update(self._read(previous))
-        return [output for output in map(self._emit, touched.values()) if output is not None]
+        outputs = [output for output in map(self._emit, touched.values()) if output is not None]
+        pace_full_collections(bool(self.requests))  # a paced collection while the device runs the step queued
+        return outputs
 
     @staticmethod
     def _samples_need_previous(scheduled: list[ScheduledSequence]) -> bool:

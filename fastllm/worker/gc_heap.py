@@ -13,15 +13,30 @@ collected as usual.
 Once a process: a process that builds a second runner (tests, a notebook) thaws the heap, so
 that a dropped engine's cycles (the runner and its captured graphs hold each other) can be
 collected, and keeps it thawed.
+
+The requests in flight are long-lived too (their token lists, outputs kept until they finish): with
+a few hundred of them a full collection walks millions of references, tens of milliseconds, and a
+batch that size promotes enough objects to start one about every second, each stalling the loop
+for a few decode steps. So while an engine has requests, full collections are paced
+(``pace_full_collections``): Python starts none itself, one runs every
+``FULL_COLLECTION_INTERVAL_S`` at the end of a step (while the device runs the one queued), and the
+thresholds come back once the engine is idle. Young generations are collected as usual throughout.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import time
+from typing import Optional
+
+FULL_COLLECTION_INTERVAL_S = 30.0
+NEVER = 1 << 30  # a generation-2 threshold no count reaches
 
 _frozen = False
 _thawed = False
+_thresholds: Optional[tuple[int, int, int]] = None  # the process's own, while full collections are paced
+_last_full = 0.0
 
 
 def freeze_startup_heap() -> None:
@@ -46,6 +61,22 @@ def thaw_heap(collect: bool = False) -> None:
         _frozen, _thawed = False, True
         if collect:
             gc.collect()
+
+
+def pace_full_collections(busy: bool) -> None:
+    """Called after every engine step: while ``busy`` (requests in flight), no automatic
+    full collection, one every ``FULL_COLLECTION_INTERVAL_S``; idle, the process's thresholds."""
+    global _thresholds, _last_full
+    now = time.monotonic()
+    if busy and _thresholds is None:
+        _thresholds, _last_full = gc.get_threshold(), now
+        gc.set_threshold(_thresholds[0], _thresholds[1], NEVER)
+    elif busy and now - _last_full > FULL_COLLECTION_INTERVAL_S:
+        gc.collect()
+        _last_full = now
+    elif not busy and _thresholds is not None:
+        gc.set_threshold(*_thresholds)
+        _thresholds = None
 
 
 # Interpreter shutdown collects only what is not frozen; extension types (Triton's) report

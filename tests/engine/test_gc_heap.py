@@ -54,3 +54,27 @@ def test_a_second_engine_thaws_the_first_and_freezes_nothing(first_engine_of_the
     second = LLM(tiny_llama_dir, load_format="dummy", dtype="float32", num_gpu_blocks_override=16)
     assert alive() is None  # reclaimed while the second was built
     assert gc.get_freeze_count() == 0 and _is_tracked(second.engine)
+
+
+def test_full_collections_are_paced_while_requests_run_and_restored_after(tiny_llama_dir, monkeypatch):
+    """While the engine has requests Python starts no full collection (one runs every interval,
+    at a step's end); once generate returns, the process's thresholds are back."""
+    thresholds = gc.get_threshold()
+    llm = LLM(tiny_llama_dir, load_format="dummy", dtype="float32", num_gpu_blocks_override=16)
+    seen, collections = [], []
+    step = llm.engine.step
+
+    def watched_step():
+        outputs = step()
+        seen.append(gc.get_threshold())
+        return outputs
+
+    monkeypatch.setattr(llm.engine, "step", watched_step)
+    monkeypatch.setattr(gc_heap, "FULL_COLLECTION_INTERVAL_S", 0.0)  # every step's end
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collections.append(generation))
+
+    llm.generate([{"prompt_token_ids": [1, 5, 9]}] * 2, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+
+    assert seen[0] == (*thresholds[:2], gc_heap.NEVER)  # paused while requests ran
+    assert seen[-1] == thresholds and gc.get_threshold() == thresholds  # restored by the last step
+    assert collections  # and collected at the paced interval meanwhile

@@ -132,8 +132,10 @@ def test_four_bit_experts_reference_and_kernel_agree_near_the_float_layer(method
                "w13_zero": moe.w13_zero, "w2_zero": moe.w2_zero}
 
     reference = fused_experts_reference(hidden, moe.w13, moe.w2, topk_weights, topk_ids, "silu", **formats)
-    kernel = kernel_fused_experts(hidden, moe.w13, moe.w2, topk_weights, topk_ids,
-                                  **{name: value for name, value in formats.items() if value is not None})
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter takes CPU tensors, a GPU its own
+    kernel = kernel_fused_experts(*(t.to(device) for t in (hidden, moe.w13, moe.w2, topk_weights, topk_ids)),
+                                  **{name: value.to(device) for name, value in formats.items() if value is not None})
+    kernel = kernel.cpu()
 
     assert moe.w13.dtype == torch.uint8 and moe.w13.shape == (E, 64, 32) and moe.w13_scale.shape == (E, 64, 64 // group)
     assert ((kernel - reference).norm() / reference.norm()).item() < 1e-5
