@@ -47,7 +47,8 @@ FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
 @dataclass(frozen=True)
 class MoeTiling:
     """One grouped GEMM's tile: ``block_m`` pairs (the alignment unit) by ``block_n`` output
-    columns (gate and up each, in the gated GEMM) by ``block_k`` inputs a step."""
+    columns (gate and up each, in the gated GEMM) by ``block_k`` inputs a step. ``interleave``
+    (gated): gate and up rows in one operand, one dot of twice the columns."""
 
     block_m: int
     block_n: int
@@ -55,6 +56,7 @@ class MoeTiling:
     group_m: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    interleave: bool = False
 
 
 ONE_PAIR_TILES = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
@@ -162,7 +164,7 @@ def _grouped_gemm_kernel(
     SUM_PAIRS: tl.constexpr,
     FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
     FP8_ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    EVEN_K: tl.constexpr, INTERLEAVE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
     ``GATED``: a second accumulator over rows ``up_rows + cols`` and ``silu(gate) * up`` stored;
@@ -173,7 +175,9 @@ def _grouped_gemm_kernel(
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
     each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot.
     ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``; at
-    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened."""
+    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened.
+    ``INTERLEAVE`` (``GATED``): gate and up rows alternate in one weight operand, so one dot of
+    twice the width fills one accumulator whose column pairs (gate, up) split in registers."""
     wait_for_inputs(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -193,6 +197,10 @@ def _grouped_gemm_kernel(
     a_rows = a_ptr + (tl.where(row_in, pairs, 0) // ROWS_PER_A)[:, None] * stride_am
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     w_cols = tl.minimum(cols, N - 1).to(tl.int64)
+    W_ROWS: tl.constexpr = 2 * BLOCK_N if INTERLEAVE else BLOCK_N
+    if INTERLEAVE:  # operand row 2j: the tile's gate column j, row 2j + 1: its up column
+        operand_row = tl.arange(0, W_ROWS)
+        w_cols = (tl.minimum(pid_n * BLOCK_N + operand_row // 2, N - 1) + operand_row % 2 * up_rows).to(tl.int64)
     w_rows = w_ptr + expert * stride_we + w_cols[:, None] * stride_wn
     s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
@@ -210,7 +218,7 @@ def _grouped_gemm_kernel(
         acc = tl.zeros((BLOCK_N * (2 if STACKED else 1), BLOCK_M), dtype=tl.float32)
         acc_up = acc
     else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, W_ROWS), dtype=tl.float32)
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a_scale = 1.0
@@ -225,10 +233,10 @@ def _grouped_gemm_kernel(
                 a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
             if FP8_ACT:
                 a, a_scale = _e4m3_rows(a)
-        w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, BLOCK_N,
+        w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, W_ROWS,
                          BLOCK_K, EVEN_K, a.dtype)
         acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-        if GATED and not STACKED:
+        if GATED and not STACKED and not INTERLEAVE:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
@@ -241,8 +249,10 @@ def _grouped_gemm_kernel(
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
         acc *= tl.load(scales)[None, :]
-        if GATED:
+        if GATED and not INTERLEAVE:
             acc_up *= tl.load(scales + up_rows)[None, :]
+    if INTERLEAVE:
+        acc, acc_up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if WEIGHTED:
@@ -313,6 +323,7 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
         stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
         ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
+        INTERLEAVE=gated and tiling.interleave and not (fp8_activations and blocks.block_m is None),
         FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
         num_stages=tiling.num_stages, **fmt, **pdl_launch(a.device))
     return out

@@ -237,6 +237,31 @@ def test_four_bit_experts_match_dense_reference_on_their_dequantized_weights(dty
     assert rel_err(out, dense_moe(x, d13, d2, topk_weights, topk_ids)) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("fmt", ["dense", "fp8", "int4"])
+@pytest.mark.parametrize("tokens,experts", [(1, 16), (37, 4)])  # one pair a block; grouped
+def test_interleaved_gate_up_operand_matches_the_dense_reference(fmt, tokens, experts):
+    """Gate and up rows in one weight operand (``MoeTiling.interleave``), a partial column tile
+    (96 columns in tiles of 64), each weight format's scales following its rows."""
+    x = randn(tokens, 128, dtype=torch.float16)
+    w13, w2 = moe_weights(experts, 128, 96, torch.float32)
+    topk_weights, topk_ids = routing(tokens, experts, 2)
+    tilings = MoeTiling(16, 64, 32, interleave=True), MoeTiling(16, 32, 32)
+    if fmt == "fp8":
+        (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
+        formats, dense = {"w13_scale": s13, "w2_scale": s2}, (q13.double() * s13.double()[..., None],
+                                                             q2.double() * s2.double()[..., None])
+    elif fmt == "int4":
+        q13, s13, z13, d13 = four_bit(w13, 32)
+        q2, s2, z2, d2 = four_bit(w2, 32)
+        formats, dense = {"w13_scale": s13, "w2_scale": s2, "w13_zero": z13, "w2_zero": z2}, (d13, d2)
+    else:
+        q13, q2, formats, dense = w13.half(), w2.half(), {}, (w13.half(), w2.half())
+
+    out = fused_experts(x, q13, q2, topk_weights, topk_ids, tilings=tilings, fp8_activations=False, **formats)
+
+    assert rel_err(out, dense_moe(x, *dense, topk_weights, topk_ids)) < TOLERANCE[torch.float16]
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "int4", "nf4"])
 def test_quantized_experts_leave_their_rows_unsummed_too(fmt):
     """``pair_rows`` with quantized experts at one pair a block: float32 rows that add up to the sum
