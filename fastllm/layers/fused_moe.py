@@ -146,10 +146,7 @@ class TopKRouter(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
-        if (self.float32_logits and hidden.dtype != torch.float32 and self.weight.dtype == torch.float32
-                and hasattr(self.kernels, "router_logits")):
-            logits = self.kernels.router_logits(hidden, self.weight)  # no widened copy of the rows
-        elif self.float32_logits:
+        if self.float32_logits:
             logits = F.linear(hidden.float(), self.weight.float())
         elif self.kernels is not None:  # a dependent-launch GEMV at batch 1, not a two-block BLAS call
             logits = self.kernels.linear(hidden, self.weight)

@@ -7,7 +7,7 @@ from fastllm_kernels.extend_attention import paged_extend_attention
 from fastllm_kernels.fused_moe import fused_experts
 from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache
 from fastllm_kernels.linear import linear
-from fastllm_kernels.moe_routing import router_logits, topk_softmax
+from fastllm_kernels.moe_routing import topk_softmax
 from fastllm_kernels.lora import lora_expand, lora_expand_tokens, lora_shrink, lora_shrink_tokens, lora_tiles
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
@@ -27,7 +27,6 @@ __all__ = [
     "paged_extend_attention",
     "rms_norm",
     "rotary_embedding",
-    "router_logits",
     "rotary_write_kv_cache",
     "sample_top_k_top_p",
     "silu_and_mul",

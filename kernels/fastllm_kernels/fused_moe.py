@@ -73,7 +73,8 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     """(gate-up, down) tiles by pairs an expert gets on average, from the H100 sweeps of
     ``bench_fused_moe.py`` (bf16). One pair a block: ``ONE_PAIR_TILES``. A few (small batches):
     the product is a weight stream, so thin tiles give many programs. Many (prefill): wide
-    tensor-core tiles, grouped along M so an expert's weight tile serves its row blocks from L2.
+    tensor-core tiles, grouped along M so an expert's weight tile serves its row blocks from L2,
+    gate and up rows in one operand (ERNIE-4.5-21B-A3B, 8,192 tokens: 1571 -> 1516 us).
     float32 halves the K step (shared memory); one-byte (fp8) weights double it in decode tiles,
     keeping the bytes a step loads."""
     per_expert = num_pairs / num_experts
@@ -86,7 +87,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     elif per_expert <= 128:
         tiles = MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
     else:
-        tiles = (MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3),
+        tiles = (MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3, interleave=True),
                  MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
     if element_size > 2:
         tiles = tuple(replace(tile, block_k=tile.block_k // 2) for tile in tiles)

@@ -40,6 +40,7 @@ def moe_weights(experts, hidden, inner, dtype):
     (2, 32, 2, 32, 64, 32),    # a few pairs, one a block, ungrouped
     (37, 8, 2, 3, 64, 48),     # more tokens than a block, five experts idle, uneven K and N
     (70, 6, 3, 6, 96, 32),     # prefill tiles (64 rows), every expert shared by many tokens
+    (300, 4, 2, 4, 64, 96),    # prefill tiles of 128 rows, gate and up interleaved, a partial column tile
 ])
 def test_fused_experts_matches_dense_reference(dtype, tokens, experts, top_k, used, hidden, inner):
     x = randn(tokens, hidden, dtype=dtype)

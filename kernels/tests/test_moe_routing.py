@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fastllm_kernels.moe_routing import router_logits, topk_softmax
+from fastllm_kernels.moe_routing import topk_softmax
 from kernel_testing import DEVICE, DTYPES, randn
 
 
@@ -42,19 +42,3 @@ def test_topk_softmax_matches_reference(dtype, tokens, experts, top_k, renormali
     assert torch.allclose(weights.double(), ref_weights, rtol=1e-5, atol=1e-7)
     if with_bias:  # the bias changed some choice, so the test sees it
         assert not torch.equal(ids.cpu(), routing_ref(logits, top_k, renormalize, norm_min, None)[1].cpu())
-
-
-@pytest.mark.parametrize("dtype", [dtype for dtype in DTYPES if dtype != torch.float32])
-@pytest.mark.parametrize("tokens,experts,hidden", [(1, 64, 256), (37, 64, 200), (1100, 8, 96)])
-def test_router_logits_near_float32(dtype, tokens, experts, hidden):
-    """A float32 router over 16-bit rows: float32's precision, not tf32's, against float64."""
-    x = randn(tokens, hidden, dtype=dtype)
-    weight = randn(experts, hidden, dtype=torch.float32)
-
-    logits = router_logits(x, weight)
-
-    reference = x.double() @ weight.double().T
-    assert logits.dtype == torch.float32
-    assert ((logits.double() - reference).norm() / reference.norm()).item() < 1e-5  # tf32 alone: ~1e-3
-    with pytest.raises(ValueError, match="float32 router"):
-        router_logits(x, weight.to(dtype))
