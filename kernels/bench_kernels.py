@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 import triton
 
+from fastllm_kernels.decode_attention import DecodeTiling, default_decode_tiling
 from fastllm_kernels.extend_attention import ExtendTiling, default_extend_tiling
 from fastllm_kernels import (fused_add_rms_norm, paged_decode_attention, paged_extend_attention,
                              rms_norm, rotary_embedding, sample_top_k_top_p, silu_and_mul,
@@ -41,11 +42,11 @@ def timed(name: str, shape: str, fn: Callable[[], object], bytes_moved: float,
             "TFLOP/s": round(flops / graph_ms / 1e9, 1) if flops else ""}
 
 
-def paged_cache(seq_lens: list[int], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def paged_cache(seq_lens: list[int], dtype: torch.dtype, kv_heads: int = KV_HEADS) -> tuple[torch.Tensor, ...]:
     """Caches just big enough for the batch, blocks handed out in shuffled order."""
     per_seq = [triton.cdiv(n, BLOCK_SIZE) for n in seq_lens]
     num_blocks = sum(per_seq)
-    k_cache = torch.randn(num_blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM, device="cuda", dtype=dtype)
+    k_cache = torch.randn(num_blocks, BLOCK_SIZE, kv_heads, HEAD_DIM, device="cuda", dtype=dtype)
     v_cache = torch.randn_like(k_cache)
     ids = torch.randperm(num_blocks, device="cuda", dtype=torch.int32)
     tables = torch.zeros(len(seq_lens), max(per_seq), dtype=torch.int32, device="cuda")
@@ -85,12 +86,36 @@ def bench_extend(dtype: torch.dtype, elem: int) -> list[dict]:
     return rows
 
 
+def sweep_decode(dtype: torch.dtype) -> list[dict]:
+    """``paged_decode_attention`` over its tile choices: offline decode batches of ERNIE-4.5-21B-A3B
+    (370 sequences of ~1150 tokens, 20 / 4 heads) and Llama-3-8B (256 of 1024, 32 / 8), batch 1
+    (split context); the default's time beside each."""
+    rows = []
+    for batch, context, heads, kv_heads in [(370, 1152, 20, 4), (256, 1024, HEADS, KV_HEADS), (1, 1024, 20, 4)]:
+        k_cache, v_cache, tables, lens = paged_cache([context] * batch, dtype, kv_heads)
+        q = torch.randn(batch, heads, HEAD_DIM, device="cuda", dtype=dtype)
+        kv_bytes = 2 * batch * context * kv_heads * HEAD_DIM * q.element_size()
+        default = default_decode_tiling(HEAD_DIM)
+        for tiling in dict.fromkeys([default] + [DecodeTiling(n, w, s) for n, w, s in itertools.product(
+                [32, 64, 128], [2, 4, 8], [2, 3, 4])]):
+            run = functools.partial(paged_decode_attention, q, k_cache, v_cache, tables, lens, 0.088, tiling=tiling)
+            try:
+                us = triton.testing.do_bench_cudagraph(run, rep=50, return_mode="median") * 1e3
+            except Exception as error:  # tiles that do not fit shared memory
+                print(f"skip {tiling}: {type(error).__name__}", flush=True)
+                continue
+            rows.append({"shape": f"B={batch} ctx={context} {heads}/{kv_heads}", "tiling": str(tiling),
+                         "default": tiling == default, "us": round(us, 1), "GB/s": round(kv_bytes / us / 1e3)})
+            print(rows[-1], flush=True)
+    return rows
+
+
 def sweep_extend(dtype: torch.dtype) -> list[dict]:
     """``paged_extend_attention`` over its tile choices, on prefill chunks of 8 x 1024 tokens at
     the (query heads, kv heads) of Llama-3-8B and ERNIE-4.5-21B-A3B (head_dim 128): the default's
     time beside each."""
     rows = []
-    for heads, kv_heads in [(HEADS, KV_HEADS), (20, 4)]:
+    for heads, kv_heads in [(20, 4), (HEADS, KV_HEADS)]:
         seqs, q_len = 8, 1024
         per_seq = triton.cdiv(q_len, BLOCK_SIZE)
         k_cache = torch.randn(seqs * per_seq, BLOCK_SIZE, kv_heads, HEAD_DIM, device="cuda", dtype=dtype)
@@ -171,17 +196,18 @@ def main() -> None:
     parser.add_argument("--csv", default="bench_kernels.csv", help="where the table is also written")
     parser.add_argument("--only-attention", action="store_true", help="decode and extend attention only")
     parser.add_argument("--sweep-extend", action="store_true", help="extend attention's tiles alone")
+    parser.add_argument("--sweep-decode", action="store_true", help="decode attention's tiles alone")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU")
     dtype = getattr(torch, args.dtype)
     elem = torch.finfo(dtype).bits // 8
     torch.manual_seed(0)
-    if args.sweep_extend:
-        rows = sweep_extend(dtype)
+    if args.sweep_extend or args.sweep_decode:
+        rows = sweep_extend(dtype) if args.sweep_extend else sweep_decode(dtype)
     else:
         rows = bench_decode(dtype, elem) + bench_extend(dtype, elem)
-    if not args.only_attention and not args.sweep_extend:
+    if not args.only_attention and not args.sweep_extend and not args.sweep_decode:
         rows += bench_elementwise(dtype, elem) + bench_sampling()
     columns = list(rows[0])
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]

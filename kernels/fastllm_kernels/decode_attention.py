@@ -27,6 +27,7 @@ stalling a step on a compilation.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -144,10 +145,23 @@ def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) ->
     return max(1, min(wanted, triton.cdiv(max_context, _MIN_TOKENS_PER_SPLIT), _MAX_SPLITS))
 
 
+@dataclass(frozen=True)
+class DecodeTiling:
+    """``block_n`` keys a step of a piece's loop, with the launch's warps and pipeline stages."""
+
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+def default_decode_tiling(head_dim: int) -> DecodeTiling:
+    return DecodeTiling(64 if head_dim <= 128 else 32)
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            out: Optional[torch.Tensor] = None, *,
-                           num_splits: Optional[int] = None) -> torch.Tensor:
+                           num_splits: Optional[int] = None, tiling: Optional[DecodeTiling] = None) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     q ``[B, H, D]``; caches ``[num_blocks, block_size, KVH, D]`` in q's dtype or fp8 (upcast to
@@ -155,7 +169,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     ``[B, max_blocks]``; ``seq_lens`` int32 ``[B]`` counts the context including this step's
     token (already in the cache). ``num_splits`` overrides the context-splitting heuristic;
     it fixes the grid, so keep it constant across CUDA-graph replays (the default depends only
-    on shapes and the device).
+    on shapes and the device). ``tiling``: the launch's (``default_decode_tiling`` if None).
     """
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -168,7 +182,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_splits = _default_num_splits(q, num_kv_heads, block_tables.shape[1] * block_size)
     assert 1 <= num_splits <= _MAX_SPLITS
     group = num_heads // num_kv_heads
-    block_n = 64 if head_dim <= 128 else 32
+    tiling = tiling or default_decode_tiling(head_dim)
+    block_n = tiling.block_n
     split_out = split_lse = out  # placeholders: not read when num_splits == 1
     if num_splits > 1:
         split_out = q.new_empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32)
@@ -180,8 +195,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=num_splits > 1,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2,
-        **pdl_launch(q.device),
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tiling.num_warps,
+        num_stages=tiling.num_stages, **pdl_launch(q.device),
     )
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](

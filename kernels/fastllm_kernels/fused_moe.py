@@ -85,7 +85,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     elif per_expert <= 32:
         tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
     elif per_expert <= 128:
-        tiles = MoeTiling(64, 64, 64, group_m=4, num_stages=4), MoeTiling(64, 128, 64, group_m=4, num_stages=4)
+        tiles = MoeTiling(64, 128, 64, group_m=8), MoeTiling(64, 64, 64, group_m=8)
     else:
         tiles = (MoeTiling(128, 128, 64, group_m=8, num_warps=8, num_stages=3, interleave=True),
                  MoeTiling(128, 256, 64, group_m=8, num_warps=8, num_stages=3))
