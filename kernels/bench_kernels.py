@@ -95,7 +95,7 @@ def sweep_decode(dtype: torch.dtype) -> list[dict]:
         k_cache, v_cache, tables, lens = paged_cache([context] * batch, dtype, kv_heads)
         q = torch.randn(batch, heads, HEAD_DIM, device="cuda", dtype=dtype)
         kv_bytes = 2 * batch * context * kv_heads * HEAD_DIM * q.element_size()
-        default = default_decode_tiling(HEAD_DIM, q.device)
+        default = default_decode_tiling(HEAD_DIM)
         for tiling in dict.fromkeys([default] + [DecodeTiling(n, w, s) for n, w, s in itertools.product(
                 [32, 64, 128], [2, 4, 8], [2, 3, 4])]):
             run = functools.partial(paged_decode_attention, q, k_cache, v_cache, tables, lens, 0.088, tiling=tiling)

@@ -26,7 +26,6 @@ stalling a step on a compilation.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -155,21 +154,12 @@ class DecodeTiling:
     num_stages: int = 2
 
 
-def default_decode_tiling(head_dim: int, device: torch.device) -> DecodeTiling:
-    """From the H100 sweep (``kernels/bench_kernels.py --sweep-decode``): three stages, and 128 keys
-    a step with four warps where shared memory holds three 64 KB stages (24% faster at batch 1, 5% at
-    370 sequences of ERNIE-4.5-21B-A3B), else 64 keys with two warps (11% and 5%)."""
-    if head_dim > 128:
-        return DecodeTiling(32)
-    if device.type == "cuda" and _shared_memory(device.index or 0) >= 3 * 64 * 1024 + 8192:
-        return DecodeTiling(128, 4, 3)
-    return DecodeTiling(64, 2, 3)
-
-
-@functools.lru_cache(maxsize=None)
-def _shared_memory(device_index: int) -> int:
-    """Bytes of shared memory one program may take on that GPU."""
-    return torch.cuda.get_device_properties(device_index).shared_memory_per_block_optin
+def default_decode_tiling(head_dim: int) -> DecodeTiling:
+    """From the H100 sweep (``kernels/bench_kernels.py --sweep-decode``): 64 keys a step (pieces of
+    short contexts stay as many), two warps, three stages: 11% faster at batch 1 over 1,024 tokens,
+    5% at 370 sequences of ERNIE-4.5-21B-A3B; 128 keys with four warps was faster still at batch 1
+    over 1,024 tokens but halves the pieces of a short context (Llama-3-8B batch 1 lost 2%)."""
+    return DecodeTiling(64, 2, 3) if head_dim <= 128 else DecodeTiling(32)
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -196,7 +186,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_splits = _default_num_splits(q, num_kv_heads, block_tables.shape[1] * block_size)
     assert 1 <= num_splits <= _MAX_SPLITS
     group = num_heads // num_kv_heads
-    tiling = tiling or default_decode_tiling(head_dim, q.device)
+    tiling = tiling or default_decode_tiling(head_dim)
     block_n = tiling.block_n
     split_out = split_lse = out  # placeholders: not read when num_splits == 1
     if num_splits > 1:
