@@ -155,10 +155,9 @@ class DecodeTiling:
 
 
 def default_decode_tiling(head_dim: int) -> DecodeTiling:
-    """From the H100 sweep (``kernels/bench_kernels.py --sweep-decode``): 64 keys a step (pieces of
-    short contexts stay as many), two warps, three stages: 11% faster at batch 1 over 1,024 tokens,
-    5% at 370 sequences of ERNIE-4.5-21B-A3B; 128 keys with four warps was faster still at batch 1
-    over 1,024 tokens but halves the pieces of a short context (Llama-3-8B batch 1 lost 2%)."""
+    """From the H100 sweep (``kernels/bench_kernels.py --sweep-decode``; figures in
+    benchmarks/RESULTS.md): 64 keys a step, two warps, three stages. 128 keys with four warps was
+    faster over long contexts at batch 1 but halves the pieces of a short one, and lost there."""
     return DecodeTiling(64, 2, 3) if head_dim <= 128 else DecodeTiling(32)
 
 

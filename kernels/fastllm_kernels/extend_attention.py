@@ -121,8 +121,8 @@ class ExtendTiling:
 def default_extend_tiling(head_dim: int, group: int, max_query_len: int, element_size: int) -> ExtendTiling:
     """Query tiles of 64 rows unless the runs are short, 64 keys a step (K tiles of at most 32 KB), four
     warps: the H100 sweep's best on prefill chunks of Llama-3-8B and ERNIE-4.5-21B-A3B
-    (``kernels/bench_kernels.py --sweep-extend``, 8% over tiles of 128 x 128); short query tiles are
-    memory-bound and take 32 keys."""
+    (``kernels/bench_kernels.py --sweep-extend``; figures in benchmarks/RESULTS.md); short query
+    tiles are memory-bound and take 32 keys."""
     block_m = max(min(64, max(16, triton.next_power_of_2(max_query_len * group))), triton.next_power_of_2(group))
     block_n = min(64 if block_m > 32 else 32, 32768 // (head_dim * element_size))
     return ExtendTiling(block_m, block_n, 4, 2)

@@ -74,7 +74,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
     ``bench_fused_moe.py`` (bf16). One pair a block: ``ONE_PAIR_TILES``. A few (small batches):
     the product is a weight stream, so thin tiles give many programs. Many (prefill): wide
     tensor-core tiles, grouped along M so an expert's weight tile serves its row blocks from L2,
-    gate and up rows in one operand (ERNIE-4.5-21B-A3B, 8,192 tokens: 1571 -> 1516 us).
+    gate and up rows in one operand (the sweep's figures: benchmarks/RESULTS.md).
     float32 halves the K step (shared memory); one-byte (fp8) weights double it in decode tiles,
     keeping the bytes a step loads."""
     per_expert = num_pairs / num_experts

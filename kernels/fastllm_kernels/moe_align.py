@@ -8,8 +8,8 @@ each chunk's pairs per expert; in the second every chunk reads that table (its e
 start after the padded runs of smaller experts and after earlier chunks' pairs), sorts its own
 pairs by expert in registers and stores each in its slot. No host sync, grids fixed by shapes
 alone: a decode step replays inside a CUDA graph. (One program sorting every pair, as before,
-took 55 us at 2,220 pairs on an H100, longer than the step's attention in a layer; the torch
-sort beyond 4,096 pairs took a dozen launches.)
+was slower than a layer's decode attention at a few hundred tokens, and beyond 4,096 pairs a torch
+sort took a dozen launches: benchmarks/RESULTS.md.)
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 @triton.jit
 def head_halves(x_ptr, stride_head, num_heads, HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
+                HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
     """Pointers to every head's two rotary halves ``[HEADS_PAD, HALF_PAD]`` and their mask."""
     heads = tl.arange(0, HEADS_PAD)
     pairs = tl.arange(0, HALF_PAD)
@@ -61,9 +61,9 @@ def rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
     loaded before the position's cos/sin row, whose address waits for the position: two memory
     round trips a token, not one a tensor."""
     q1_ptr, q2_ptr, q_mask = head_halves(q_ptr + token * stride_qt, stride_qh, num_heads, Q_HEADS_PAD, ROT_HALF,
-                                          HALF_PAD, IS_NEOX)
+                                         HALF_PAD, IS_NEOX)
     k1_ptr, k2_ptr, k_mask = head_halves(k_ptr + token * stride_kt, stride_kh, num_kv_heads, KV_HEADS_PAD,
-                                          ROT_HALF, HALF_PAD, IS_NEOX)
+                                         ROT_HALF, HALF_PAD, IS_NEOX)
     position = tl.load(positions_ptr + token)
     q1 = tl.load(q1_ptr, mask=q_mask, other=0.0).to(tl.float32)
     q2 = tl.load(q2_ptr, mask=q_mask, other=0.0).to(tl.float32)
