@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from fastllm.engine.block_pool import Block
 from fastllm.engine.kv_cache_manager import KVCacheManager
 from fastllm.engine.sequence import Sequence, SequenceStatus
 from fastllm.worker.scheduler_output import NewSequence, SchedulerOutput
@@ -135,6 +136,7 @@ class Scheduler:
         return len(adapters - {0}) < self.max_adapters_per_step
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int, adapters: set[int]) -> None:
+        room: Optional[int] = None  # free blocks once every running sequence has grown to its end
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.num_pending_tokens:  # preempted while its token was in flight: recompute once it is read
@@ -146,11 +148,16 @@ class Scheduler:
             remaining = seq.num_tokens - seq.num_computed_tokens - cached_tokens
             if remaining > budget and not self.enable_chunked_prefill:
                 break
+            needs = self._blocks_to_the_end(seq, cached)
             if self.running and not self._prompt_fits_ratio(seq, len(cached)):
-                break
+                room = self._room_to_the_end() if room is None else room
+                if needs > room:
+                    break
             num_new = min(remaining, budget)
             if not self.kv_cache.allocate(seq, num_new, cached):
                 break
+            if room is not None:
+                room -= needs
             self.waiting.popleft()
             seq.num_computed_tokens += cached_tokens
             if not seq.output_token_ids:
@@ -163,11 +170,28 @@ class Scheduler:
 
     def _prompt_fits_ratio(self, seq: Sequence, num_cached_blocks: int) -> bool:
         """FastDeploy's ``kv_cache_ratio``: prompts may fill only that share of the pool, the rest
-        is kept for running sequences to grow into, so admitting a prompt rarely forces a preemption."""
+        is kept for running sequences to grow into, so admitting a prompt rarely forces a preemption.
+
+        Beyond that share a prompt is still admitted when the pool can hold it and every running
+        sequence up to their ``max_tokens`` (``_room_to_the_end``): no preemption can follow, and
+        requests of known length fill the cache instead of leaving a quarter of it to growth
+        they will never need."""
         pool = self.kv_cache.pool
         used = pool.num_usable_blocks - pool.num_free_blocks
         wanted = self.kv_cache.blocks_needed(seq.num_tokens) - num_cached_blocks
         return used + wanted <= self.kv_cache_ratio * pool.num_usable_blocks
+
+    def _room_to_the_end(self) -> int:
+        """Free blocks that stay free while every running sequence grows to its ``max_num_tokens``."""
+        blocks_needed = self.kv_cache.blocks_needed
+        growth = sum(max(0, blocks_needed(seq.max_num_tokens) - len(seq.block_table)) for seq in self.running)
+        return self.kv_cache.num_free_blocks - growth
+
+    def _blocks_to_the_end(self, seq: Sequence, cached: list[Block]) -> int:
+        """Free blocks ``seq`` takes from admission to its ``max_num_tokens``: its cached prefix
+        costs only the blocks that sit idle in the free list."""
+        idle = sum(1 for block in cached if block.ref_count == 0)
+        return self.kv_cache.blocks_needed(seq.max_num_tokens) - len(cached) + idle
 
     def _preempt(self, seq: Sequence) -> None:
         """Free a running sequence's blocks; it goes back to the head of the queue to recompute."""

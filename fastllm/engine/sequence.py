@@ -74,6 +74,14 @@ class Sequence:
         return len(self.prompt_token_ids)
 
     @property
+    def max_num_tokens(self) -> int:
+        """Its length if it runs to ``max_tokens`` (or ``max_model_len``, whichever comes first)."""
+        max_tokens = self.sampling_params.max_tokens
+        if max_tokens is None:
+            return self.max_model_len
+        return min(self.num_prompt_tokens + max_tokens, self.max_model_len)
+
+    @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 

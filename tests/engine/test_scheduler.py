@@ -70,6 +70,44 @@ def test_kv_cache_ratio_keeps_room_for_running_sequences():
     assert list(scheduler.waiting) == [third]
 
 
+def _short(n: int, request_id: str, max_tokens: int) -> Sequence:
+    return Sequence(request_id, 0, list(range(3, 3 + n)), SamplingParams(max_tokens=max_tokens), frozenset({2}), 4096)
+
+
+def test_prompts_beyond_the_ratio_are_admitted_when_everyone_fits_to_the_end():
+    kv = KVCacheManager(num_blocks=17, block_size=4, enable_prefix_caching=False)  # 16 usable blocks
+    scheduler = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=64, kv_cache_ratio=0.5)
+    # 8 prompt tokens + 4 to generate: 2 blocks now, 3 at the end; the ratio alone admits two
+    seqs = [_short(8, str(i), max_tokens=4) for i in range(6)]
+    for seq in seqs:
+        scheduler.add(seq)
+    out = scheduler.schedule()
+    assert len(out.scheduled) == 5  # 5 x 3 blocks fit in 16; a sixth would need 18
+    assert list(scheduler.waiting) == seqs[5:]
+    scheduler.update(out.scheduled)
+    for step in range(12):
+        out = scheduler.schedule()
+        assert not out.preempted
+        scheduler.update(out.scheduled)
+        for item in out.scheduled:
+            if item.samples:
+                item.seq.append_token(7)
+                if len(item.seq.output_token_ids) == 4:
+                    scheduler.finish(item.seq)
+    assert scheduler.num_preemptions == 0 and not scheduler.waiting and not scheduler.running
+
+
+def test_unbounded_requests_are_held_to_the_ratio():
+    kv = KVCacheManager(num_blocks=17, block_size=4, enable_prefix_caching=False)
+    scheduler = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=64, kv_cache_ratio=0.5)
+    seqs = [Sequence(str(i), 0, list(range(3, 11)), SamplingParams(max_tokens=None), frozenset({2}), 4096)
+            for i in range(6)]
+    for seq in seqs:
+        scheduler.add(seq)
+    out = scheduler.schedule()
+    assert [s.seq for s in out.scheduled] == seqs[:4]  # 8 blocks of prompts: half the pool
+
+
 def test_a_step_runs_at_most_max_adapters_per_step_distinct_adapters():
     scheduler = Scheduler(KVCacheManager(64, 4, False), max_num_seqs=8, max_num_batched_tokens=100,
                           max_adapters_per_step=2)
