@@ -44,16 +44,22 @@ def test_the_engine_is_frozen_while_it_serves_and_reclaimed_after_shutdown(first
     assert alive() is None
 
 
-def test_a_second_engine_thaws_the_first_and_freezes_nothing(first_engine_of_the_process, tiny_llama_dir):
+def test_a_second_engine_thaws_the_first_and_freezes_nothing(first_engine_of_the_process, tiny_llama_dir,
+                                                             monkeypatch):
     first = LLM(tiny_llama_dir, load_format="dummy", dtype="float32", num_gpu_blocks_override=16)
     first.engine.cycle = first.engine
     alive = weakref.ref(first.engine)
     del first
     gc.collect()  # what a caller does to free the first engine; frozen, it stays
     assert alive() is not None
+    freezes = []
+    freeze = gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(1) or freeze())
     second = LLM(tiny_llama_dir, load_format="dummy", dtype="float32", num_gpu_blocks_override=16)
     assert alive() is None  # reclaimed while the second was built
-    assert gc.get_freeze_count() == 0 and _is_tracked(second.engine)
+    # (the count itself is no witness: on a CUDA machine a few hundred objects of the platform's
+    # land in the permanent generation while a runner is built, without a gc.freeze call)
+    assert not freezes and _is_tracked(second.engine)
 
 
 def test_full_collections_are_paced_while_requests_run_and_restored_after(tiny_llama_dir, monkeypatch):

@@ -10,7 +10,8 @@ from transformers.models.ernie4_5_moe.modeling_ernie4_5_moe import Ernie4_5_MoeT
 from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
-from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target, fused_experts_reference
+from fastllm.layers.fused_moe import (FusedMoE, TopKRouter, bfloat16_terms, expert_checkpoint_target,
+                                     fused_experts_reference)
 from fastllm.models.mixtral import MixtralForCausalLM
 
 E, H, I = 8, 16, 12
@@ -76,6 +77,31 @@ def test_router_matches_transformers(case):
     weights, ids = ours(hidden)
     assert torch.equal(ids, hf_ids)
     assert torch.equal(weights, hf_weights.float())
+
+
+def test_bfloat16_terms_sum_to_the_float32_weight():
+    weight = torch.randn(E, H) / 20
+    terms = bfloat16_terms(weight)
+    assert terms.dtype == torch.bfloat16 and terms.shape == (3 * E, H)
+    rebuilt = terms.double().view(3, E, H).sum(0)
+    assert ((rebuilt - weight.double()).abs() <= weight.double().abs() * 2.0**-24).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the 16-bit GEMM with float32 output is CUDA's")
+def test_float32_router_on_bfloat16_rows_equals_the_float32_product():
+    torch.manual_seed(3)
+    hidden_size = 2048  # a real model's accumulation length
+    router = TopKRouter(hidden_size, E, 3, score_correction_bias=True, float32_logits=True).cuda()
+    weight = torch.randn(E, hidden_size) / 20
+    router.weight.weight_loader(router.weight, weight.cuda())
+    assert router.weight_terms is not None
+    hidden = torch.randn(512, hidden_size, device="cuda").to(torch.bfloat16)
+    weights, ids = router(hidden)
+    expected = torch.nn.functional.linear(hidden.double(), weight.double().cuda())
+    probs = torch.softmax(expected, dim=-1)
+    assert torch.equal(ids.sort(dim=-1).values, probs.topk(3, dim=-1).indices.sort(dim=-1).values)
+    picked = probs.gather(-1, ids.long())
+    torch.testing.assert_close(weights.double(), picked / picked.sum(-1, keepdim=True), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("stacked", [False, True])
