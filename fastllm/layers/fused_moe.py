@@ -152,8 +152,9 @@ class TopKRouter(nn.Module):
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
         if self.weight_terms is not None and hidden.dtype == torch.bfloat16:
-            logits = torch.mm(hidden, self.weight_terms.t(), out_dtype=torch.float32)
-            logits = logits.view(len(hidden), 3, -1).sum(1)
+            logits = torch.mm(hidden, self.weight_terms.t(), out_dtype=torch.float32).view(len(hidden), 3, -1)
+            if self.kernels is None or not hasattr(self.kernels, "topk_softmax"):
+                logits = logits.sum(1)  # else the routing kernel sums the terms
         elif self.float32_logits:
             logits = F.linear(hidden.float(), self.weight.float())
         elif self.kernels is not None:  # a dependent-launch GEMV at batch 1, not a two-block BLAS call

@@ -14,16 +14,19 @@ from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
 @triton.jit
-def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts, stride_row, norm_min,
-                         TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                         RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
-    """One token a program: float32 softmax, then ``TOP_K`` rounds of argmax (the lowest expert
-    on ties), each winner masked out of the scores."""
+def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts, stride_row, stride_term,
+                         norm_min, TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr,
+                         TERMS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
+    """One token a program: its ``TERMS`` partial logits summed, float32 softmax, then ``TOP_K``
+    rounds of argmax (the lowest expert on ties), each winner masked out of the scores."""
     wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     expert = tl.arange(0, EXPERTS)
     valid = expert < num_experts
     logits = tl.load(logits_ptr + row * stride_row + expert, mask=valid, other=-float("inf")).to(tl.float32)
+    for term in tl.static_range(1, TERMS):
+        logits += tl.load(logits_ptr + row * stride_row + term * stride_term + expert, mask=valid,
+                          other=0.0).to(tl.float32)
     probs = tl.exp(logits - tl.max(logits, 0))
     probs = probs / tl.sum(probs, 0)
     scores = probs
@@ -47,18 +50,21 @@ def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts
 def topk_softmax(logits: torch.Tensor, top_k: int, renormalize: bool = True, norm_min: float = 0.0,
                  correction_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``logits [T, E]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` int64), best first.
-    ``correction_bias [E]`` (or ``[1, E]``) shifts the choice, not the weights; renormalised
+    ``logits [T, S, E]``: S partial logits a token, summed first (a float32 router's bfloat16
+    terms). ``correction_bias [E]`` (or ``[1, E]``) shifts the choice, not the weights; renormalised
     weights are divided by ``max(sum, norm_min)``."""
-    tokens, num_experts = logits.shape
-    if logits.stride(1) != 1:
+    if logits.dim() == 2:
+        logits = logits[:, None]
+    tokens, terms, num_experts = logits.shape
+    if logits.stride(2) != 1:
         logits = logits.contiguous()
     weights = torch.empty((tokens, top_k), dtype=torch.float32, device=logits.device)
     ids = torch.empty((tokens, top_k), dtype=torch.int64, device=logits.device)
     if tokens:
         bias = logits if correction_bias is None else correction_bias.reshape(-1)
         _topk_softmax_kernel[(tokens,)](
-            logits, bias, weights, ids, num_experts, logits.stride(0), norm_min, TOP_K=top_k,
-            SLOTS=triton.next_power_of_2(top_k), EXPERTS=triton.next_power_of_2(num_experts),
+            logits, bias, weights, ids, num_experts, logits.stride(0), logits.stride(1), norm_min, TOP_K=top_k,
+            SLOTS=triton.next_power_of_2(top_k), EXPERTS=triton.next_power_of_2(num_experts), TERMS=terms,
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize, num_warps=1 if num_experts <= 256 else 4,
             **pdl_launch(logits.device))
     return weights, ids

@@ -42,3 +42,19 @@ def test_topk_softmax_matches_reference(dtype, tokens, experts, top_k, renormali
     assert torch.allclose(weights.double(), ref_weights, rtol=1e-5, atol=1e-7)
     if with_bias:  # the bias changed some choice, so the test sees it
         assert not torch.equal(ids.cpu(), routing_ref(logits, top_k, renormalize, norm_min, None)[1].cpu())
+
+
+def test_partial_logits_are_summed_before_the_softmax():
+    """A float32 router's bfloat16 terms arrive as ``[T, 3, E]``: the kernel routes their sum."""
+    torch.manual_seed(0)
+    parts = randn(6, 3, 64, dtype=torch.float32)
+    parts[:, 1:] /= 16  # smaller terms, still large enough to change some choice
+    bias = torch.rand(1, 64, device=DEVICE) / 4
+
+    weights, ids = topk_softmax(parts, 6, True, 1e-12, bias)
+
+    summed = parts.double().sum(1)
+    ref_weights, ref_ids = routing_ref(summed, 6, True, 1e-12, bias)
+    assert torch.equal(ids, ref_ids)
+    assert torch.allclose(weights.double(), ref_weights, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(ids, routing_ref(parts[:, 0].double(), 6, True, 1e-12, bias)[1])  # the terms mattered

@@ -101,7 +101,10 @@ def test_float32_router_on_bfloat16_rows_equals_the_float32_product():
     probs = torch.softmax(expected, dim=-1)
     assert torch.equal(ids.sort(dim=-1).values, probs.topk(3, dim=-1).indices.sort(dim=-1).values)
     picked = probs.gather(-1, ids.long())
-    torch.testing.assert_close(weights.double(), picked / picked.sum(-1, keepdim=True), rtol=1e-5, atol=1e-7)
+    error = ((weights.double() - picked / picked.sum(-1, keepdim=True)).abs() / picked).max().item()
+    # float32-class: tensor cores accumulate a little less exactly than a float32 GEMM (a few 1e-6
+    # of the largest logit against ~1e-6); bfloat16 logits would be off by some 1e-3
+    assert error < 1e-4
 
 
 @pytest.mark.parametrize("stacked", [False, True])
