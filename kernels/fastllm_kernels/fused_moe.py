@@ -20,7 +20,7 @@ widening the weights cost more than streaming them, so each K step's activation 
 to e4m3 instead (a scale a row a step, no extra pass or launch) and the dot takes both e4m3
 tiles, each step's product scaled by the row's scale. Triton multiplies e4m3 natively on sm_89
 and sm_120 but on Hopper only in 64-row tiles (wgmma; smaller ones it widens to fp16), so the
-weight tile is the dot's left operand (gate and up rows stacked: 64 rows at the decode tiles) and
+weight tile is the dot's left operand (gate and up rows interleaved: 64 rows at the decode tiles) and
 the one activation row, repeated, its right.
 """
 
@@ -207,16 +207,11 @@ def _grouped_gemm_kernel(
     z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
     # one real row, fp8: quantized as a vector and repeated across the tile's columns, the weights
-    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: weights, not copies of a row); gated,
-    # the gate rows and the up rows stacked into one operand
+    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: weights, not copies of a row; gated,
+    # the gate and up rows interleaved in it)
     SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
-    STACKED: tl.constexpr = SWAP_AB and GATED
-    if STACKED:
-        stacked = tl.arange(0, 2 * BLOCK_N)
-        w_rows = w_ptr + expert * stride_we + (tl.minimum(pid_n * BLOCK_N + stacked % BLOCK_N, N - 1)
-                                               + (stacked >= BLOCK_N) * up_rows).to(tl.int64)[:, None] * stride_wn
     if SWAP_AB:
-        acc = tl.zeros((BLOCK_N * (2 if STACKED else 1), BLOCK_M), dtype=tl.float32)
+        acc = tl.zeros((W_ROWS, BLOCK_M), dtype=tl.float32)
         acc_up = acc
     else:
         acc = tl.zeros((BLOCK_M, W_ROWS), dtype=tl.float32)
@@ -237,16 +232,13 @@ def _grouped_gemm_kernel(
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, W_ROWS,
                          BLOCK_K, EVEN_K, a.dtype)
         acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-        if GATED and not STACKED and not INTERLEAVE:
+        if GATED and not INTERLEAVE:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
             acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-    if STACKED:
-        acc, acc_up = tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_N, BLOCK_M)), (1, 2, 0)))
     if SWAP_AB:  # every row the pair's
         acc = tl.trans(acc)
-        acc_up = tl.trans(acc_up)
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
         acc *= tl.load(scales)[None, :]
@@ -324,7 +316,7 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
         stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
         ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
-        INTERLEAVE=gated and tiling.interleave and not (fp8_activations and blocks.block_m is None),
+        INTERLEAVE=gated and (tiling.interleave or (fp8_activations and blocks.block_m is None)),
         FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
         num_stages=tiling.num_stages, **fmt, **pdl_launch(a.device))
     return out
