@@ -252,15 +252,22 @@ class FusedMoE(nn.Module):
     def _routed_here(self, hidden: torch.Tensor) -> torch.Tensor:
         """Every token's routes to this rank's experts, the ranks' parts summed. On one rank the
         shared experts' output joins the pass that sums the routed rows; over ranks it is added
-        after the all-reduce (the shared MLP reduces its own)."""
+        after the all-reduce (the shared MLP reduces its own). Where the down GEMM sums the rows
+        itself (one pair a block: small decode batches) there is no such pass, and the shared
+        experts run after the routed ones, as batch-1 decode runs fastest."""
         topk_weights, topk_ids = self.gate(hidden)
         if self.expert_map is not None:
             topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
-        if self.shared_experts is not None and tp_size() == 1:
+        if self.shared_experts is not None and tp_size() == 1 and not self._one_pair_a_block(topk_ids):
             return self._local_experts(hidden, topk_weights, topk_ids, addend=self.shared_experts(hidden))
         pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
         out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids, pair_rows))
         return out if self.shared_experts is None else out + self.shared_experts(hidden)
+
+    def _one_pair_a_block(self, topk_ids: torch.Tensor) -> bool:
+        kernels = self.kernels
+        return kernels is not None and hasattr(kernels, "one_pair_a_block") and kernels.one_pair_a_block(
+            topk_ids.numel(), self.w13.shape[0])
 
     def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                        pair_rows: bool = False, addend: Optional[torch.Tensor] = None) -> torch.Tensor:

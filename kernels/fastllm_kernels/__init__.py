@@ -7,6 +7,7 @@ from fastllm_kernels.extend_attention import paged_extend_attention
 from fastllm_kernels.fused_moe import fused_experts
 from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache
 from fastllm_kernels.linear import linear
+from fastllm_kernels.moe_align import one_pair_a_block
 from fastllm_kernels.moe_routing import topk_softmax
 from fastllm_kernels.lora import lora_expand, lora_expand_tokens, lora_shrink, lora_shrink_tokens, lora_tiles
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
@@ -23,6 +24,7 @@ __all__ = [
     "lora_shrink",
     "lora_shrink_tokens",
     "lora_tiles",
+    "one_pair_a_block",
     "paged_decode_attention",
     "paged_extend_attention",
     "rms_norm",
