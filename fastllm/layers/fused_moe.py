@@ -265,6 +265,7 @@ class FusedMoE(nn.Module):
         return out if self.shared_experts is None else out + self.shared_experts(hidden)
 
     def _one_pair_a_block(self, topk_ids: torch.Tensor) -> bool:
+        """Whether the kernels run these routes one pair a block (their down GEMM sums a token's pairs)."""
         kernels = self.kernels
         return kernels is not None and hasattr(kernels, "one_pair_a_block") and kernels.one_pair_a_block(
             topk_ids.numel(), self.w13.shape[0])

@@ -77,7 +77,7 @@ def _short(n: int, request_id: str, max_tokens: int) -> Sequence:
 def test_prompts_beyond_the_ratio_are_admitted_when_everyone_fits_to_the_end():
     kv = KVCacheManager(num_blocks=17, block_size=4, enable_prefix_caching=False)  # 16 usable blocks
     scheduler = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=64, kv_cache_ratio=0.5)
-    # 8 prompt tokens + 4 to generate: 2 blocks now, 3 at the end; the ratio alone admits two
+    # 8 prompt tokens + 4 to generate: 2 blocks now, 3 at the end; the ratio alone admits four
     seqs = [_short(8, str(i), max_tokens=4) for i in range(6)]
     for seq in seqs:
         scheduler.add(seq)
@@ -85,7 +85,7 @@ def test_prompts_beyond_the_ratio_are_admitted_when_everyone_fits_to_the_end():
     assert len(out.scheduled) == 5  # 5 x 3 blocks fit in 16; a sixth would need 18
     assert list(scheduler.waiting) == seqs[5:]
     scheduler.update(out.scheduled)
-    for step in range(12):
+    for _ in range(12):
         out = scheduler.schedule()
         assert not out.preempted
         scheduler.update(out.scheduled)
