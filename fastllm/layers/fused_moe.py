@@ -126,9 +126,9 @@ class TopKRouter(nn.Module):
 
     ``score_correction_bias``: ERNIE-4.5 picks experts by ``softmax + e_score_correction_bias``
     but weights them by the softmax alone; its weights are renormalised with a floor
-    ``norm_min`` on the sum. ``float32_logits``: ERNIE computes its router in float32; for
-    bfloat16 rows on CUDA that product runs as one 16-bit GEMM with float32 output over the
-    weight's three bfloat16 terms (``bfloat16_terms``), not as a widened copy and a float32 GEMM.
+    ``norm_min`` on the sum. ``float32_logits``: ERNIE computes its router in float32; with the
+    kernels, for bfloat16 rows, as one 16-bit GEMM over the weight's three bfloat16 terms
+    (``float32_router_logits``), not as a widened copy and a float32 GEMM.
     """
 
     def __init__(self, hidden_size: int, num_experts: int, top_k: int, renormalize: bool = True,
@@ -139,8 +139,8 @@ class TopKRouter(nn.Module):
         self.kernels = current_kernels()
         dtype = torch.float32 if float32_logits else None
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=dtype), requires_grad=False)
-        self.weight_terms: Optional[torch.Tensor] = None  # [3E, H] bfloat16, set where the weight loads on CUDA
-        if float32_logits:
+        self.weight_terms: Optional[torch.Tensor] = None  # [3E, H] bfloat16, set as the weight loads
+        if float32_logits and hasattr(self.kernels, "float32_router_logits"):
             self.weight.weight_loader = self._load_float32_weight
         if score_correction_bias:
             self.e_score_correction_bias = nn.Parameter(torch.zeros(num_experts, dtype=torch.float32),
@@ -152,8 +152,8 @@ class TopKRouter(nn.Module):
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
         if self.weight_terms is not None and hidden.dtype == torch.bfloat16:
-            logits = torch.mm(hidden, self.weight_terms.t(), out_dtype=torch.float32).view(len(hidden), 3, -1)
-            if self.kernels is None or not hasattr(self.kernels, "topk_softmax"):
+            logits = self.kernels.float32_router_logits(hidden, self.weight_terms)  # [T, 3, E]
+            if not hasattr(self.kernels, "topk_softmax"):
                 logits = logits.sum(1)  # else the routing kernel sums the terms
         elif self.float32_logits:
             logits = F.linear(hidden.float(), self.weight.float())
@@ -175,21 +175,7 @@ class TopKRouter(nn.Module):
 
     def _load_float32_weight(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _load_reshaped(param, loaded, shard_id)
-        if param.is_cuda:
-            self.weight_terms = bfloat16_terms(param.data)
-
-
-def bfloat16_terms(weight: torch.Tensor) -> torch.Tensor:
-    """``weight [E, H]`` (float32) as three bfloat16 matrices stacked ``[3E, H]`` whose sum is the
-    weight to float32 precision (8 significant bits each). A bfloat16 row widens to float32
-    exactly and a tensor core multiplies 16-bit operands exactly into a float32 accumulator, so
-    the three products summed are the float32 product up to the order of the additions."""
-    terms, rest = [], weight.float()
-    for _ in range(3):
-        term = rest.to(torch.bfloat16)
-        terms.append(term)
-        rest = rest - term.float()
-    return torch.cat(terms)
+        self.weight_terms = self.kernels.bfloat16_terms(param.data)
 
 
 class FusedMoE(nn.Module):

@@ -8,13 +8,15 @@ from fastllm_kernels.fused_moe import fused_experts
 from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache
 from fastllm_kernels.linear import linear
 from fastllm_kernels.moe_align import one_pair_a_block
-from fastllm_kernels.moe_routing import topk_softmax
+from fastllm_kernels.moe_routing import bfloat16_terms, float32_router_logits, topk_softmax
 from fastllm_kernels.lora import lora_expand, lora_expand_tokens, lora_shrink, lora_shrink_tokens, lora_tiles
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
 from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p
 
 __all__ = [
+    "bfloat16_terms",
+    "float32_router_logits",
     "fused_add_rms_norm",
     "fused_experts",
     "linear",

@@ -68,3 +68,27 @@ def topk_softmax(logits: torch.Tensor, top_k: int, renormalize: bool = True, nor
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize, num_warps=1 if num_experts <= 256 else 4,
             **pdl_launch(logits.device))
     return weights, ids
+
+
+def bfloat16_terms(weight: torch.Tensor) -> torch.Tensor:
+    """``weight [E, H]`` (float32) as three bfloat16 matrices stacked ``[3E, H]`` whose sum is the
+    weight to float32 precision (8 significant bits each)."""
+    terms, rest = [], weight.float()
+    for _ in range(3):
+        term = rest.to(torch.bfloat16)
+        terms.append(term)
+        rest = rest - term.float()
+    return torch.cat(terms)
+
+
+def float32_router_logits(hidden: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
+    """A float32 router's partial logits ``[T, 3, E]`` for bfloat16 ``hidden [T, H]``, against its
+    weight's ``bfloat16_terms``: one 16-bit GEMM with float32 output, no widened copy of the rows and
+    no float32 GEMM. A bfloat16 row widens to float32 exactly and the tensor cores multiply 16-bit
+    operands exactly into float32, so the terms' sum (``topk_softmax`` adds them) is the float32
+    product up to the order of the additions. CPU tensors (the interpreter's) take a float32 GEMM."""
+    if hidden.is_cuda:
+        logits = torch.mm(hidden, terms.t(), out_dtype=torch.float32)
+    else:
+        logits = hidden.float() @ terms.float().t()
+    return logits.view(len(hidden), 3, -1)

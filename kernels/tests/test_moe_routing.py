@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fastllm_kernels.moe_routing import topk_softmax
+from fastllm_kernels.moe_routing import bfloat16_terms, topk_softmax
 from kernel_testing import DEVICE, DTYPES, randn
 
 
@@ -58,3 +58,12 @@ def test_partial_logits_are_summed_before_the_softmax():
     assert torch.equal(ids, ref_ids)
     assert torch.allclose(weights.double(), ref_weights, rtol=1e-5, atol=1e-7)
     assert not torch.equal(ids, routing_ref(parts[:, 0].double(), 6, True, 1e-12, bias)[1])  # the terms mattered
+
+
+def test_bfloat16_terms_sum_to_the_float32_weight():
+    weight = torch.randn(64, 256) / 20
+    terms = bfloat16_terms(weight)
+    assert terms.dtype == torch.bfloat16 and terms.shape == (3 * 64, 256)
+    rebuilt = terms.double().view(3, 64, 256).sum(0)
+    assert ((rebuilt - weight.double()).abs() <= weight.double().abs() * 2.0**-24).all()
+    assert not torch.equal(terms[64:], torch.zeros_like(terms[64:]))  # the smaller terms carry bits

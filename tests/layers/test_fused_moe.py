@@ -10,8 +10,8 @@ from transformers.models.ernie4_5_moe.modeling_ernie4_5_moe import Ernie4_5_MoeT
 from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
-from fastllm.layers.fused_moe import (FusedMoE, TopKRouter, bfloat16_terms, expert_checkpoint_target,
-                                     fused_experts_reference)
+from fastllm.layers.fused import use_kernels
+from fastllm.layers.fused_moe import FusedMoE, TopKRouter, expert_checkpoint_target, fused_experts_reference
 from fastllm.models.mixtral import MixtralForCausalLM
 
 E, H, I = 8, 16, 12
@@ -79,25 +79,21 @@ def test_router_matches_transformers(case):
     assert torch.equal(weights, hf_weights.float())
 
 
-def test_bfloat16_terms_sum_to_the_float32_weight():
-    weight = torch.randn(E, H) / 20
-    terms = bfloat16_terms(weight)
-    assert terms.dtype == torch.bfloat16 and terms.shape == (3 * E, H)
-    rebuilt = terms.double().view(3, E, H).sum(0)
-    assert ((rebuilt - weight.double()).abs() <= weight.double().abs() * 2.0**-24).all()
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the 16-bit GEMM with float32 output is CUDA's")
 def test_float32_router_on_bfloat16_rows_equals_the_float32_product():
+    """ERNIE's float32 router with the kernels, on bfloat16 rows: the weight's bfloat16 terms (on a
+    GPU one 16-bit GEMM with float32 output), summed by the routing kernel."""
+    fastllm_kernels = pytest.importorskip("fastllm_kernels")
     torch.manual_seed(3)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     hidden_size = 2048  # a real model's accumulation length
-    router = TopKRouter(hidden_size, E, 3, score_correction_bias=True, float32_logits=True).cuda()
+    with use_kernels(fastllm_kernels), torch.device(device):
+        router = TopKRouter(hidden_size, E, 3, score_correction_bias=True, float32_logits=True)
     weight = torch.randn(E, hidden_size) / 20
-    router.weight.weight_loader(router.weight, weight.cuda())
+    router.weight.weight_loader(router.weight, weight.to(device))
     assert router.weight_terms is not None
-    hidden = torch.randn(512, hidden_size, device="cuda").to(torch.bfloat16)
+    hidden = torch.randn(128, hidden_size, device=device).to(torch.bfloat16)
     weights, ids = router(hidden)
-    expected = torch.nn.functional.linear(hidden.double(), weight.double().cuda())
+    expected = torch.nn.functional.linear(hidden.double(), weight.double().to(device))
     probs = torch.softmax(expected, dim=-1)
     assert torch.equal(ids.sort(dim=-1).values, probs.topk(3, dim=-1).indices.sort(dim=-1).values)
     picked = probs.gather(-1, ids.long())
