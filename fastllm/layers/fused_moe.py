@@ -140,7 +140,7 @@ class TopKRouter(nn.Module):
         dtype = torch.float32 if float32_logits else None
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=dtype), requires_grad=False)
         self.weight_terms: Optional[torch.Tensor] = None  # [3E, H] bfloat16, set as the weight loads
-        if float32_logits and hasattr(self.kernels, "float32_router_logits"):
+        if float32_logits and hasattr(self.kernels, "float32_router_logits") and hasattr(self.kernels, "topk_softmax"):
             self.weight.weight_loader = self._load_float32_weight
         if score_correction_bias:
             self.e_score_correction_bias = nn.Parameter(torch.zeros(num_experts, dtype=torch.float32),
@@ -152,9 +152,7 @@ class TopKRouter(nn.Module):
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
         if self.weight_terms is not None and hidden.dtype == torch.bfloat16:
-            logits = self.kernels.float32_router_logits(hidden, self.weight_terms)  # [T, 3, E]
-            if not hasattr(self.kernels, "topk_softmax"):
-                logits = logits.sum(1)  # else the routing kernel sums the terms
+            logits = self.kernels.float32_router_logits(hidden, self.weight_terms)  # [T, 3, E]: topk_softmax sums them
         elif self.float32_logits:
             logits = F.linear(hidden.float(), self.weight.float())
         elif self.kernels is not None:  # a dependent-launch GEMV at batch 1, not a two-block BLAS call
@@ -171,7 +169,6 @@ class TopKRouter(nn.Module):
         if self.renormalize:
             topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True).clamp(min=self.norm_min)
         return topk_weights, topk_ids
-
 
     def _load_float32_weight(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _load_reshaped(param, loaded, shard_id)
