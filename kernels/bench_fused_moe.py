@@ -62,6 +62,12 @@ INTERLEAVED_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s, in
                                               (128, 64, 64, 8, 8, 4), (64, 128, 64, 8, 4, 3), (64, 64, 64, 8, 4, 4),
                                               (64, 64, 64, 4, 4, 4)]]
 """Gated GEMM only: gate and up rows in one operand."""
+MID_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
+             for m, n, k, g, w, s in [(64, 64, 64, 1, 4, 4), (64, 64, 128, 8, 4, 3), (64, 64, 128, 8, 4, 4),
+                                      (64, 32, 64, 8, 4, 4), (64, 32, 128, 8, 4, 3), (32, 64, 128, 8, 4, 3),
+                                      (32, 64, 128, 8, 4, 4), (32, 128, 64, 8, 4, 4), (64, 64, 64, 8, 8, 4),
+                                      (32, 64, 64, 8, 4, 4), (64, 128, 64, 8, 8, 4), (32, 32, 128, 8, 4, 4)]]
+"""A few dozen pairs an expert (decode batches of hundreds): weight streams over thin row blocks."""
 
 
 def routed(tokens: int, experts: int, top_k: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,7 +180,7 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         def blocks_for(tiling):
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
-        candidates = PREFILL_TILES
+        candidates = PREFILL_TILES + (MID_TILES if tokens * top_k / experts <= 128 else [])
         if tokens * top_k / experts <= 32:
             candidates = DECODE_TILES + (FP8_ACTIVATION_TILES if fp8_act else [])
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
