@@ -137,6 +137,7 @@ def test_alignment_of_no_pairs_uses_no_block():
 def test_large_batches_pick_prefill_tiles():
     assert default_tilings(4097 * 2, 4)[0].block_m == 128
     assert default_tilings(8, 64)[0].block_m == 16
+    assert default_tilings(20 * 64, 64)[0].block_m == 32  # 16-row blocks would split many experts
     assert default_tilings(8, 64, element_size=4)[0].block_k == default_tilings(8, 64)[0].block_k // 2
 
 
