@@ -214,7 +214,6 @@ def _grouped_gemm_kernel(
     SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
     if SWAP_AB:
         acc = tl.zeros((W_ROWS, BLOCK_M), dtype=tl.float32)
-        acc_up = acc
     else:
         acc = tl.zeros((BLOCK_M, W_ROWS), dtype=tl.float32)
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
