@@ -163,9 +163,11 @@ moeprofile)  # batch-1 decode of the A3B MoE models, bf16 and fp8, each with its
       --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 --out "$OUT/profile_$M.json"
   done
   ;;
-moetiles)  # the MoE kernels' GPU tests, then Qwen3-30B-A3B's decode tiles (bf16, fp8) and the layer at batch 1
-  TAIL=5 step moe_tests 120 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py \
-    kernels/tests/test_moe_routing.py tests/layers/test_fused_ops.py -k "not greedy"
+moetiles)  # the MoE kernels' GPU tests (vLLM's case grid too), then Qwen3-30B-A3B's decode tiles (bf16, fp8) and
+  # the layer at batch 1
+  TAIL=5 step moe_tests 240 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py \
+    kernels/tests/test_fused_experts_vllm_grid.py kernels/tests/test_moe_routing.py tests/layers/test_fused_ops.py \
+    -k "not greedy"
   for fmt in model fp8; do
     TAIL=12 step "moe_sweep_$fmt" 90 $PY kernels/bench_fused_moe.py --sweep --experts $fmt --models qwen3-30b-a3b \
       --tokens 1 2
