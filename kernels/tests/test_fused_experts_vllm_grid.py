@@ -16,12 +16,13 @@ from kernel_testing import DEVICE, TOLERANCE
 VLLM_GRID = list(itertools.product(  # (tokens, intermediate, hidden), experts, top-k, ep_size, padding
     [(1, 128, 128), (1, 2048, 128), (33, 2048, 128), (32768, 2048, 511), (40000, 1024, 1024)], [8, 64, 192],
     [2, 6], [1, 4], [False, True]))
-CPU_CASES = [  # vLLM's values at sizes the interpreter runs in seconds, each value of the grid at least once
+CPU_CASES = [  # each expert count, top-k, expert map and padding of the grid, at sizes the interpreter runs in seconds
     ((1, 128, 128), 8, 2, 1, False), ((1, 256, 128), 192, 6, 4, True), ((33, 128, 128), 64, 6, 1, True),
     ((33, 64, 511), 8, 2, 4, False), ((33, 32, 511), 64, 2, 1, True), ((97, 32, 64), 8, 2, 1, True),
     ((97, 32, 64), 64, 6, 4, False),
 ]
-"""vLLM's odd hidden size (511) at a small intermediate, its 33 tokens, and 97 tokens for grouped blocks."""
+"""(tokens, intermediate, hidden) cut down: vLLM's 1 and 33 tokens, its odd hidden size (511) at a small
+intermediate, and 97 tokens for grouped blocks."""
 ON_GPU = DEVICE.type == "cuda"
 
 
