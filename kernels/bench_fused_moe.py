@@ -180,9 +180,11 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         def blocks_for(tiling):
             return one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
 
-        candidates = PREFILL_TILES + (MID_TILES if tokens * top_k / experts <= 128 else [])
-        if tokens * top_k / experts <= 32:
+        per_expert = tokens * top_k / experts
+        if per_expert <= 32:
             candidates = DECODE_TILES + (FP8_ACTIVATION_TILES if fp8_act else [])
+        else:
+            candidates = PREFILL_TILES + (MID_TILES if per_expert <= 128 else [])
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
                                                     fp8_activations=fp8_act, **gate_up_format), defaults[0]),
                  "down": (lambda t: grouped_gemm(act, w2, down_out, blocks_for(t), t, 1, False, topk_weights.view(-1),

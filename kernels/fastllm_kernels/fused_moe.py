@@ -84,7 +84,7 @@ def default_tilings(num_pairs: int, num_experts: int, element_size: int = 2,
         tiles = MoeTiling(16, 32, 128), MoeTiling(16, 64, 128)
     elif per_expert <= 12:
         tiles = MoeTiling(16, 64, 128, num_stages=4), MoeTiling(16, 64, 128, num_stages=4)
-    elif per_expert <= 32:  # 16-row blocks would split a third of the experts, each read twice
+    elif per_expert <= 32:  # 16-row blocks would split many experts in two, each block streaming their weights
         tiles = MoeTiling(32, 64, 128), MoeTiling(32, 64, 128, num_stages=5)
     elif per_expert <= 128:
         tiles = MoeTiling(64, 128, 64, group_m=8), MoeTiling(64, 64, 64, group_m=8)
