@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import cdiv
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 _BLOCK = 1024
@@ -36,7 +37,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     inner = rows.shape[1] // 2
     out = rows.new_empty((rows.shape[0], inner))
     if rows.shape[0]:
-        _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(inner, _BLOCK))](
+        _silu_and_mul_kernel[(rows.shape[0], cdiv(inner, _BLOCK))](
             rows, out, rows.stride(0), out.stride(0), inner, BLOCK=_BLOCK, num_warps=4, **pdl_launch(x.device))
     return out.view(*x.shape[:-1], inner)
 

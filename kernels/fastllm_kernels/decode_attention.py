@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.extend_attention import paged_extend_attention_ref
+from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 _MAX_SPLITS = 64
@@ -141,8 +142,8 @@ def _decode_merge_kernel(
 def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
     """Enough programs for about four per multiprocessor, but no piece under 256 tokens."""
     num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
-    wanted = triton.cdiv(4 * num_sms, q.shape[0] * num_kv_heads)
-    return max(1, min(wanted, triton.cdiv(max_context, _MIN_TOKENS_PER_SPLIT), _MAX_SPLITS))
+    wanted = cdiv(4 * num_sms, q.shape[0] * num_kv_heads)
+    return max(1, min(wanted, cdiv(max_context, _MIN_TOKENS_PER_SPLIT), _MAX_SPLITS))
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert q.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert num_heads % num_kv_heads == 0 and head_dim == triton.next_power_of_2(head_dim)
+    assert num_heads % num_kv_heads == 0 and head_dim == next_power_of_2(head_dim)
     out = torch.empty_like(q) if out is None else out
     if batch == 0:
         return out
@@ -196,7 +197,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         scale * math.log2(math.e),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=num_splits > 1,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tiling.num_warps,
         num_stages=tiling.num_stages, **pdl_launch(q.device),
@@ -204,7 +205,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](
             split_out, split_lse, out, seq_lens, out.stride(0), out.stride(1), num_splits,
-            SPLITS_PAD=triton.next_power_of_2(num_splits),
+            SPLITS_PAD=next_power_of_2(num_splits),
             HEAD_DIM=head_dim, BLOCK_N=block_n, num_warps=4, **pdl_launch(q.device),
         )
     return out

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import cdiv, next_power_of_2
+
 
 @triton.jit
 def _attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, head_offset, n0, kv_end,
@@ -123,7 +125,7 @@ def default_extend_tiling(head_dim: int, group: int, max_query_len: int, element
     warps: the H100 sweep's best on prefill chunks of Llama-3-8B and ERNIE-4.5-21B-A3B
     (``kernels/bench_kernels.py --sweep-extend``; figures in benchmarks/RESULTS.md); short query
     tiles are memory-bound and take 32 keys."""
-    block_m = max(min(64, max(16, triton.next_power_of_2(max_query_len * group))), triton.next_power_of_2(group))
+    block_m = max(min(64, max(16, next_power_of_2(max_query_len * group))), next_power_of_2(group))
     block_n = min(64 if block_m > 32 else 32, 32768 // (head_dim * element_size))
     return ExtendTiling(block_m, block_n, 4, 2)
 
@@ -145,7 +147,7 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert q.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert num_heads % num_kv_heads == 0 and head_dim == triton.next_power_of_2(head_dim)
+    assert num_heads % num_kv_heads == 0 and head_dim == next_power_of_2(head_dim)
     out = torch.empty_like(q) if out is None else out
     num_seqs = seq_lens.shape[0]
     if num_tokens == 0 or num_seqs == 0 or max_query_len == 0:
@@ -153,7 +155,7 @@ def paged_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = num_heads // num_kv_heads
     tiling = tiling or default_extend_tiling(head_dim, group, max_query_len, q.element_size())
     block_m = tiling.block_m
-    num_tiles = triton.cdiv(max_query_len, block_m // group)
+    num_tiles = cdiv(max_query_len, block_m // group)
     _extend_kernel[(num_tiles, num_seqs, num_kv_heads)](
         q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out,
         scale * math.log2(math.e), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
@@ -177,7 +179,7 @@ def paged_extend_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
         q_len = starts[b + 1] - starts[b]
         if q_len == 0:
             continue
-        blocks = block_tables[b, : triton.cdiv(kv_len, block_size)].long()
+        blocks = block_tables[b, : cdiv(kv_len, block_size)].long()
         k = k_cache[blocks].flatten(0, 1)[:kv_len].transpose(0, 1).to(q.dtype)
         v = v_cache[blocks].flatten(0, 1)[:kv_len].transpose(0, 1).to(q.dtype)
         group = q.shape[1] // k.shape[0]

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.device import fp8_tensor_cores
+from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.moe_align import ExpertBlocks, moe_align_block_size, one_pair_a_block, one_pair_blocks
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
@@ -307,7 +308,7 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
     w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
-    grid = (blocks.num_blocks * triton.cdiv(n, tiling.block_n),)
+    grid = (blocks.num_blocks * cdiv(n, tiling.block_n),)
     workspace, counters = scratch(a.device)
     _grouped_gemm_kernel[grid](
         a_ptr=a, w_ptr=w, out_ptr=out, sorted_ptr=blocks.sorted_pairs, expert_ids_ptr=blocks.expert_ids,
@@ -379,7 +380,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                      **formats[1])
         return rows.view(tokens, top_k, -1) if addend is None else sum_pairs(rows.view(tokens, top_k, -1), addend)
     if blocks.block_m is None and top_k * hidden.numel() <= WORKSPACE_FLOATS and (
-            tokens * triton.cdiv(hidden.shape[1], down.block_n) <= TILE_COUNTERS):
+            tokens * cdiv(hidden.shape[1], down.block_n) <= TILE_COUNTERS):
         out = grouped_gemm(act, w2, torch.empty_like(hidden), blocks, down, 1, gated=False, topk_weights=weights,
                            w_scale=w2_scale, sum_pairs=top_k, **formats[1])
         return out if addend is None else out.add_(addend)
@@ -416,8 +417,8 @@ def sum_pairs(rows: torch.Tensor, addend: torch.Tensor | None = None) -> torch.T
     if addend is not None and (addend.shape != out.shape or not addend.is_contiguous()):
         raise ValueError(f"addend {tuple(addend.shape)} (contiguous: {addend.is_contiguous()}) does not fit "
                          f"rows {tuple(rows.shape)}")
-    block = min(1024, triton.next_power_of_2(hidden))
+    block = min(1024, next_power_of_2(hidden))
     if tokens:
-        _sum_pairs_kernel[(tokens, triton.cdiv(hidden, block))](rows, out if addend is None else addend, out, hidden,
+        _sum_pairs_kernel[(tokens, cdiv(hidden, block))](rows, out if addend is None else addend, out, hidden,
                                                                 K=top_k, HAS_ADDEND=addend is not None, BLOCK=block)
     return out

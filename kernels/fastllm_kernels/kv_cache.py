@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.rotary import HeadNorms, head_halves, rotary_args, rotate_token
 
@@ -117,7 +118,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
     _write_kv_cache_kernel[(num_tokens,)](
         key, value, k_cache, v_cache, slot_mapping,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1), k_cache.stride(1),
-        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=next_power_of_2(num_kv_heads),
         HEAD_DIM=head_dim, SATURATE=_fp8_max(k_cache.dtype), num_warps=4,
         **pdl_launch(key.device),
     )

@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.rms_norm import as_rows
 
@@ -142,7 +143,7 @@ def fits(x: torch.Tensor, peers: PeerBuffers) -> bool:
 def _launch(x: torch.Tensor, peers: PeerBuffers, out: torch.Tensor, residual: torch.Tensor | None = None,
             weight: torch.Tensor | None = None, new_residual: torch.Tensor | None = None, eps: float = 0.0) -> None:
     rows, hidden = x.shape
-    block = triton.next_power_of_2(hidden)
+    block = next_power_of_2(hidden)
     norm = residual is not None
     _lamport_all_reduce_kernel[(rows,)](
         x, residual if norm else x, weight if norm else x, out, new_residual if norm else out,

@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 TILE_TOKENS = 32
@@ -114,7 +115,7 @@ def _precision(x: torch.Tensor) -> Optional[str]:
 
 
 def _block_r(rank: int) -> int:
-    return max(16, triton.next_power_of_2(rank))  # tl.dot wants every side >= 16
+    return max(16, next_power_of_2(rank))  # tl.dot wants every side >= 16
 
 
 def lora_shrink(x: torch.Tensor, a: torch.Tensor, order: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
@@ -135,7 +136,7 @@ def lora_expand(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale: torch
     (_, outputs, rank), num_tiles = b.shape, tiles.numel() // 3
     assert y.stride(-1) == 1, "y is updated in place and must have unit stride"
     if num_tiles:
-        _expand_kernel[(num_tiles, triton.cdiv(outputs, _BLOCK_N))](
+        _expand_kernel[(num_tiles, cdiv(outputs, _BLOCK_N))](
             xa, b, scale, order, tiles, y, outputs, rank, xa.stride(0), b.stride(0), b.stride(1), y.stride(0),
             BLOCK_T=TILE_TOKENS, BLOCK_R=_block_r(rank), BLOCK_N=_BLOCK_N, PRECISION=_precision(y))
     return y
@@ -193,7 +194,7 @@ def lora_shrink_tokens(x: torch.Tensor, a: torch.Tensor, slots: torch.Tensor) ->
     zeroed buffer, no atomics, so one launch, dependent on the base layer's (``pdl``)."""
     _, rank, inner = a.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
-    splits, block_r = triton.cdiv(inner, _SPLIT_K), triton.next_power_of_2(rank)
+    splits, block_r = cdiv(inner, _SPLIT_K), next_power_of_2(rank)
     out = torch.empty(splits, x.shape[0], block_r, dtype=torch.float32, device=x.device)
     if x.shape[0]:
         _shrink_tokens_kernel[(x.shape[0], splits)](
@@ -208,11 +209,11 @@ def lora_expand_tokens(y: torch.Tensor, xa: torch.Tensor, b: torch.Tensor, scale
     partial sums ``xa``; rows of slot -1 stay as they were."""
     _, outputs, rank = b.shape
     assert y.stride(-1) == 1, "y is updated in place and must have unit stride"
-    assert xa.is_contiguous() and xa.shape[1:] == (y.shape[0], triton.next_power_of_2(rank))
+    assert xa.is_contiguous() and xa.shape[1:] == (y.shape[0], next_power_of_2(rank))
     if y.shape[0]:
-        _expand_tokens_kernel[(y.shape[0], triton.cdiv(outputs, _TOKEN_BLOCK_N))](
+        _expand_tokens_kernel[(y.shape[0], cdiv(outputs, _TOKEN_BLOCK_N))](
             xa, b, scale, slots, y, y.shape[0], outputs, rank, xa.shape[0], b.stride(0), b.stride(1), y.stride(0),
-            BLOCK_S=triton.next_power_of_2(xa.shape[0]), BLOCK_R=xa.shape[2], BLOCK_N=_TOKEN_BLOCK_N, **pdl_launch(y.device))
+            BLOCK_S=next_power_of_2(xa.shape[0]), BLOCK_R=xa.shape[2], BLOCK_N=_TOKEN_BLOCK_N, **pdl_launch(y.device))
     return y
 
 

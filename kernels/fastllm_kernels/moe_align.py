@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import cdiv, next_power_of_2
+
 ALIGN_CHUNK = 256
 """Pairs one alignment program sorts in registers."""
 ONE_PAIR_BLOCKS_SHARE = 8
@@ -59,7 +61,7 @@ def one_pair_blocks(topk_ids: torch.Tensor) -> ExpertBlocks:
 
 def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
     """At most one partial block per expert that gets a pair, beyond the full ones."""
-    return triton.cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
+    return cdiv(num_pairs, block_m) + min(num_experts, num_pairs)
 
 
 @triton.jit
@@ -127,8 +129,8 @@ def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int)
     ids = topk_ids.reshape(-1)
     num_pairs = ids.numel()
     blocks = max_blocks(num_pairs, num_experts, block_m)
-    chunks = max(1, triton.cdiv(num_pairs, ALIGN_CHUNK))
-    experts = triton.next_power_of_2(num_experts + 1)  # one more bin: the slots past the last pair
+    chunks = max(1, cdiv(num_pairs, ALIGN_CHUNK))
+    experts = next_power_of_2(num_experts + 1)  # one more bin: the slots past the last pair
     counts = torch.empty(chunks, experts, dtype=torch.int32, device=ids.device)
     sorted_pairs = torch.empty(blocks * block_m, dtype=torch.int32, device=ids.device)
     expert_ids = torch.empty(blocks, dtype=torch.int32, device=ids.device)

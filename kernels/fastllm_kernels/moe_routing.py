@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
@@ -64,7 +65,7 @@ def topk_softmax(logits: torch.Tensor, top_k: int, renormalize: bool = True, nor
         bias = logits if correction_bias is None else correction_bias.reshape(-1)
         _topk_softmax_kernel[(tokens,)](
             logits, bias, weights, ids, num_experts, logits.stride(0), logits.stride(1), norm_min, TOP_K=top_k,
-            SLOTS=triton.next_power_of_2(top_k), EXPERTS=triton.next_power_of_2(num_experts), TERMS=terms,
+            SLOTS=next_power_of_2(top_k), EXPERTS=next_power_of_2(num_experts), TERMS=terms,
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize, num_warps=1 if num_experts <= 256 else 4,
             **pdl_launch(logits.device))
     return weights, ids

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
@@ -45,7 +46,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
             out: torch.Tensor, new_residual: torch.Tensor | None) -> None:
     """``x [rows, hidden]``, or ``[rows, S, hidden]``: S summands a row."""
     hidden = x.shape[-1]
-    block = triton.next_power_of_2(hidden)
+    block = next_power_of_2(hidden)
     has_residual = residual is not None
     summands = x.shape[1] if x.dim() == 3 else 1
     _rms_norm_kernel[(x.shape[0],)](
@@ -59,8 +60,10 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
-    """A 2-D view ``[rows, hidden]`` with a contiguous hidden dimension."""
-    x = x.reshape(-1, x.shape[-1])
+    """A 2-D view ``[rows, hidden]`` with a contiguous hidden dimension (no reshape of a 2-D
+    tensor: views cost eager steps microseconds each)."""
+    if x.dim() != 2:
+        x = x.reshape(-1, x.shape[-1])
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
@@ -70,7 +73,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty_like(rows)
     if rows.shape[0]:
         _launch(rows, None, weight, eps, out, None)
-    return out.view(x.shape)
+    return out if x.dim() == 2 else out.view(x.shape)
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -89,6 +92,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     new_residual = torch.empty_like(residual_rows)
     if rows.shape[0]:
         _launch(rows, residual_rows, weight, eps, out, new_residual)
+    if residual.dim() == 2:
+        return out, new_residual
     return out.view(residual.shape), new_residual.view(residual.shape)
 
 

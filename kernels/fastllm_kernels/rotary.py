@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 
 
@@ -114,9 +115,9 @@ def rotary_args(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     q_norm, k_norm, eps = norms if norms is not None else (cos_sin_cache, cos_sin_cache, 0.0)
     values = (positions, q, k, cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
               cos_sin_cache.stride(0), q.shape[1], k.shape[1], q_norm, k_norm, eps)
-    return values, dict(Q_HEADS_PAD=triton.next_power_of_2(q.shape[1]),
-                        KV_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
-                        ROT_HALF=rot_dim // 2, HALF_PAD=triton.next_power_of_2(rot_dim // 2), IS_NEOX=is_neox,
+    return values, dict(Q_HEADS_PAD=next_power_of_2(q.shape[1]),
+                        KV_HEADS_PAD=next_power_of_2(k.shape[1]),
+                        ROT_HALF=rot_dim // 2, HALF_PAD=next_power_of_2(rot_dim // 2), IS_NEOX=is_neox,
                         NORM=norms is not None)
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 
+from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.sampling_kernels import (_compact_or_race_kernel, _finish_kernel, _histogram_kernel,
                                               _logsumexp_argmax_kernel, _stats_kernel)
 
@@ -37,20 +37,20 @@ def _default_num_slices(logits: torch.Tensor) -> int:
     batch, vocab = logits.shape
     device = logits.device
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count if logits.is_cuda else 4
-    return max(1, min(triton.cdiv(8 * num_sms, batch), triton.cdiv(vocab, _MIN_SLICE_TOKENS)))
+    return max(1, min(cdiv(8 * num_sms, batch), cdiv(vocab, _MIN_SLICE_TOKENS)))
 
 
 def _slices(logits: torch.Tensor, num_slices: Optional[int]) -> tuple[int, int]:
     """(programs a row, tokens a program): whole loop blocks, no program without tokens."""
     num_slices = num_slices or _default_num_slices(logits)
-    slice_len = triton.cdiv(triton.cdiv(logits.shape[1], num_slices), _BLOCK) * _BLOCK
-    return triton.cdiv(logits.shape[1], slice_len), slice_len
+    slice_len = cdiv(cdiv(logits.shape[1], num_slices), _BLOCK) * _BLOCK
+    return cdiv(logits.shape[1], slice_len), slice_len
 
 
 def _slices_pad(logits: torch.Tensor, num_slices: int) -> int:
     """The constexpr pad of the slice count: set by the vocabulary, not the batch, so that no
     batch size compiles a variant of its own mid-run."""
-    return triton.next_power_of_2(max(num_slices, triton.cdiv(logits.shape[1], _MIN_SLICE_TOKENS)))
+    return next_power_of_2(max(num_slices, cdiv(logits.shape[1], _MIN_SLICE_TOKENS)))
 
 
 def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.quant.common import fused
 from fastllm_kernels.quant.weight_gemm import Tiling, WeightFormat, weight_gemm
 
@@ -65,7 +66,7 @@ def quantize_fp8_rows_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     x = x.contiguous()
     q = torch.empty((rows, k), dtype=FP8, device=x.device)
     scale = torch.empty((rows, 1), dtype=torch.float32, device=x.device)
-    block_k = triton.next_power_of_2(k)
+    block_k = next_power_of_2(k)
     _quantize_rows_kernel[(rows,)](x, q, scale, k, x.stride(0), q.stride(0), FP8_MAX=FP8_MAX, BLOCK_K=block_k,
                                    num_warps=min(16, max(4, block_k // 1024)))
     return q, scale

@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.device import compiled_nvidia
+from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
 from fastllm_kernels.quant.dequant import MAGIC, code_value, columns, nf4_value, small_code_value
@@ -283,7 +284,7 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
     K slice within a 4-bit group for the tensor cores. Figures: ``benchmarks/RESULTS.md``."""
     if m == 1:
         if k >= 2048 and uses_pair_table(fmt, x_dtype, device):
-            warps = min(4, triton.next_power_of_2(k) // 1024)
+            warps = min(4, next_power_of_2(k) // 1024)
             return Tiling(8, 1024 * warps, num_warps=warps, num_stages=2)
         if fmt.dense:
             return Tiling(8, 512, num_warps=1, num_stages=1)
@@ -313,7 +314,7 @@ def split_k_for(tiles: int, iters: int, m: int, n: int, num_warps: int, device: 
     (the nf4 pair table) split only while every split still fills the SMs: a split that leaves
     most places empty costs its epilogue and buys no more loads in flight."""
     programs = PROGRAMS_PER_SM.get(num_warps, 4) * _num_sms(device)
-    wanted = programs // tiles if m == 1 and num_warps > 1 else triton.cdiv(programs, tiles)
+    wanted = programs // tiles if m == 1 and num_warps > 1 else cdiv(programs, tiles)
     return max(min(wanted, iters, WORKSPACE_FLOATS // (m * n)), 1)
 
 
@@ -335,19 +336,19 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
     tiling = tiling or default_tiling(m, k, fmt, x_dtype, device)
     if m == 1:
         lane_k = lane_units(fmt) * (1 if fmt.fp8 or fmt.dense else 8 if fmt.four_bit else 4)
-        block_k = max(lane_k, min(tiling.block_k, triton.next_power_of_2(k)))
+        block_k = max(lane_k, min(tiling.block_k, next_power_of_2(k)))
     else:
-        block_k = min(tiling.block_k, max(MIN_DOT_K, triton.next_power_of_2(k)))
+        block_k = min(tiling.block_k, max(MIN_DOT_K, next_power_of_2(k)))
         if fmt.four_bit:  # one scale per column and slice where the group allows
             block_k = min(block_k, fmt.group)
         block_k = max(block_k, MIN_DOT_K)
     bm = 1 if m == 1 else block_m(m)
-    n_tiles, m_tiles, iters = triton.cdiv(n, tiling.block_n), triton.cdiv(m, bm), triton.cdiv(k, block_k)
+    n_tiles, m_tiles, iters = cdiv(n, tiling.block_n), cdiv(m, bm), cdiv(k, block_k)
     split = tiling.split_k or split_k_for(n_tiles * m_tiles, iters, m, n, tiling.num_warps, device)
     if split * m * n > WORKSPACE_FLOATS or n_tiles * m_tiles > TILE_COUNTERS:
         split = 1
-    per_split = triton.cdiv(iters, split)
-    split = triton.cdiv(iters, per_split)  # no split left without a slice
+    per_split = cdiv(iters, split)
+    split = cdiv(iters, per_split)  # no split left without a slice
     constexprs = dict(GROUP=max(fmt.group, 1), BITS=4 if fmt.four_bit else 8, FP8=fmt.fp8, NF4=fmt.nf4,
                       DENSE=fmt.dense, HAS_ZERO=fmt.has_zero, SPLIT_K=split, BLOCK_N=tiling.block_n, BLOCK_K=block_k,
                       EVEN_K=k % block_k == 0 and iters % split == 0, ITERS=per_split,
