@@ -114,24 +114,35 @@ def test_min_tokens_bias_and_bad_words():
     assert out[8] == float("-inf") and out[9] == float("-inf")  # [1, 9]: 1 was just generated
 
 
+def _seeded_batch(params: SamplingParams, draws: int, outputs: list[int], device: torch.device) -> SamplingBatch:
+    """``draws`` rows of ``params`` seeded 0, 1, ..., then a greedy row, each with ``outputs`` generated."""
+    batch = _batch([params] * draws + [SamplingParams(temperature=0.0)], outputs=[outputs] * (draws + 1))
+    for i, row in enumerate(batch.rows):
+        row.seq.seed = i
+    return SamplingBatch.build(batch.rows, device)
+
+
 def test_triton_sampler_path_draws_the_torch_target_distribution():
     """With the kernels forced on (Triton's interpreter here), top-k / top-p rows go through
     fastllm-kernels' sampler: same support and distribution as the torch path, greedy rows
     their argmax, a row's token fixed by its seed and token count alone. The interpreter runs
     a program a row, so the draws are few and the bound loose (about 2.5 times the expected
-    total variation); kernels/tests/test_sampling.py checks the distribution itself closely."""
+    total variation); kernels/tests/test_sampling.py checks the distribution itself closely.
+    The redraws use the first few seeds only: a row's token depends on neither the batch's
+    size nor its other rows, so those rows must repeat (or move) as they would in the full batch."""
     import fastllm_kernels
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # no interpreter where CUDA is
     torch.manual_seed(1)
     logits = (torch.randn(1, 32) * 2).to(device)
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=10)
-    draws = 96
-    batch = _batch([params] * draws + [SamplingParams(temperature=0.0)])
-    for i, row in enumerate(batch.rows):
-        row.seq.seed = i
-    batch = SamplingBatch.build(batch.rows, device)
+    draws, redraws = 96, 8
     sampler = Sampler(fastllm_kernels)
+
+    def sample(batch: SamplingBatch) -> torch.Tensor:
+        return sampler.sample(sampler.distribution(logits.repeat(len(batch.rows), 1), batch), batch)
+
+    batch = _seeded_batch(params, draws, [], device)
     dist = sampler.distribution(logits.repeat(draws + 1, 1), batch)
     target = scaled_logits(dist.logits, batch)[0].softmax(-1)  # the torch path's distribution
     tokens = sampler.sample(dist, batch)
@@ -141,14 +152,10 @@ def test_triton_sampler_path_draws_the_torch_target_distribution():
     tv = 0.5 * (counts / draws - target.double()).abs().sum().item()
     bound = target.double().sqrt().sum().item() / draws ** 0.5
     assert tv < bound, f"total variation {tv:.4f} over the bound {bound:.4f}"
-    again = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), batch), batch)
-    assert torch.equal(again, tokens)
-    later = _batch([params] * draws + [SamplingParams(temperature=0.0)], outputs=[[3]] * (draws + 1))
-    for i, row in enumerate(later.rows):
-        row.seq.seed = i
-    later = SamplingBatch.build(later.rows, device)
-    moved = sampler.sample(sampler.distribution(logits.repeat(draws + 1, 1), later), later)
-    assert not torch.equal(moved, tokens)  # the next token count is a fresh draw
+    again = sample(_seeded_batch(params, redraws, [], device))
+    assert torch.equal(again[:-1], tokens[:redraws]) and again[-1] == tokens[-1]
+    moved = sample(_seeded_batch(params, redraws, [3], device))
+    assert not torch.equal(moved[:-1], tokens[:redraws])  # the next token count is a fresh draw
 
 
 def test_seeded_rows_draw_the_same_tokens_on_the_torch_and_triton_paths():
