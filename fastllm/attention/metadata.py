@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterator, Optional
 
 import torch
@@ -30,6 +31,22 @@ class AttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return len(self.seq_lens_cpu)
+
+    # Every layer reads the decodes and the rows after them apart; each slice (and the shifted
+    # starts, a kernel) costs an eager step's host microseconds a layer, so they are made once.
+    @cached_property
+    def decode_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block tables, KV lengths) of the decodes."""
+        return self.block_tables[:self.num_decodes], self.seq_lens[:self.num_decodes]
+
+    @cached_property
+    def extend_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(block tables, query starts counted from the first of them, KV lengths) of the rows
+        after the decodes; each decode holds one token, so their runs start at token ``num_decodes``."""
+        nd = self.num_decodes
+        if not nd:
+            return self.block_tables, self.query_start_loc, self.seq_lens
+        return self.block_tables[nd:], self.query_start_loc[nd:] - nd, self.seq_lens[nd:]
 
 
 @dataclass

@@ -44,14 +44,13 @@ class TritonAttentionBackend:
         out = torch.empty_like(query)
         nd = meta.num_decodes
         if nd:
-            self.kernels.paged_decode_attention(query[:nd], k_cache, v_cache, meta.block_tables[:nd],
-                                                meta.seq_lens[:nd], scale, out=out[:nd])
+            block_tables, seq_lens = meta.decode_rows
+            self.kernels.paged_decode_attention(query[:nd], k_cache, v_cache, block_tables, seq_lens, scale,
+                                                out=out[:nd])
         if nd < meta.num_seqs:
-            # Each decode holds one token, so the extends' runs start at token nd.
-            query_start_loc = meta.query_start_loc[nd:] - nd if nd else meta.query_start_loc
-            self.kernels.paged_extend_attention(
-                query[nd:], k_cache, v_cache, meta.block_tables[nd:], query_start_loc,
-                meta.seq_lens[nd:], meta.max_query_len, scale, out=out[nd:])
+            block_tables, query_start_loc, seq_lens = meta.extend_rows
+            self.kernels.paged_extend_attention(query[nd:], k_cache, v_cache, block_tables, query_start_loc,
+                                                seq_lens, meta.max_query_len, scale, out=out[nd:])
         return out
 
     def _write(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,

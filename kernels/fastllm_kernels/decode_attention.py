@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fastllm_kernels.device import multiprocessors
 from fastllm_kernels.extend_attention import paged_extend_attention_ref
 from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
@@ -141,7 +142,7 @@ def _decode_merge_kernel(
 
 def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
     """Enough programs for about four per multiprocessor, but no piece under 256 tokens."""
-    num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    num_sms = multiprocessors(q.device) if q.is_cuda else 16
     wanted = cdiv(4 * num_sms, q.shape[0] * num_kv_heads)
     return max(1, min(wanted, cdiv(max_context, _MIN_TOKENS_PER_SPLIT), _MAX_SPLITS))
 

@@ -21,3 +21,9 @@ def fp8_tensor_cores(device: torch.device) -> bool:
     """Whether the tensor cores of ``device`` multiply e4m3 operands (NVIDIA compute capability
     8.9 and later: Ada, Hopper), so a ``tl.dot`` of two fp8 tiles runs as one."""
     return compiled_nvidia(device) and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessors(device: torch.device) -> int:
+    """The CUDA device's multiprocessor count, asked once: grids size themselves by it every launch."""
+    return torch.cuda.get_device_properties(device).multi_processor_count

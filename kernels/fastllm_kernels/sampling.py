@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from fastllm_kernels.device import multiprocessors
 from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.sampling_kernels import (_compact_or_race_kernel, _finish_kernel, _histogram_kernel,
                                               _logsumexp_argmax_kernel, _stats_kernel)
@@ -36,7 +37,7 @@ def _default_num_slices(logits: torch.Tensor) -> int:
     """About eight programs per multiprocessor, no slice under 4096 tokens."""
     batch, vocab = logits.shape
     device = logits.device
-    num_sms = torch.cuda.get_device_properties(device).multi_processor_count if logits.is_cuda else 4
+    num_sms = multiprocessors(device) if logits.is_cuda else 4
     return max(1, min(cdiv(8 * num_sms, batch), cdiv(vocab, _MIN_SLICE_TOKENS)))
 
 

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastllm_kernels.device import compiled_nvidia
+from fastllm_kernels.device import compiled_nvidia, multiprocessors
 from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
@@ -303,9 +303,8 @@ def lane_units(fmt: WeightFormat) -> int:
     return min(4, fmt.group // 8) if fmt.four_bit else 4
 
 
-@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return multiprocessors(device) if device.type == "cuda" else 4
 
 
 def split_k_for(tiles: int, iters: int, m: int, n: int, num_warps: int, device: torch.device) -> int:
