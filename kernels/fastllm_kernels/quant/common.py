@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from fastllm_kernels.host_math import next_power_of_2
+
 MAX_FUSED_M = 64
 
 
@@ -21,7 +23,7 @@ def fused(x: torch.Tensor) -> bool:
 
 def block_m(m: int) -> int:
     """Rows per program: the tensor cores need at least 16."""
-    return max(16, 1 << (m - 1).bit_length())
+    return max(16, next_power_of_2(m))
 
 
 def dot_precision(dtype: torch.dtype) -> str:

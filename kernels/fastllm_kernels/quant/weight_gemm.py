@@ -303,16 +303,13 @@ def lane_units(fmt: WeightFormat) -> int:
     return min(4, fmt.group // 8) if fmt.four_bit else 4
 
 
-def _num_sms(device: torch.device) -> int:
-    return multiprocessors(device) if device.type == "cuda" else 4
-
-
 def split_k_for(tiles: int, iters: int, m: int, n: int, num_warps: int, device: torch.device) -> int:
     """Splits of K that bring ``tiles`` programs up to ``PROGRAMS_PER_SM`` per SM (one-warp GEMV
     programs hold 70-130 registers a thread: 16 or more fit an SM). GEMV programs of several warps
     (the nf4 pair table) split only while every split still fills the SMs: a split that leaves
     most places empty costs its epilogue and buys no more loads in flight."""
-    programs = PROGRAMS_PER_SM.get(num_warps, 4) * _num_sms(device)
+    num_sms = multiprocessors(device) if device.type == "cuda" else 4
+    programs = PROGRAMS_PER_SM.get(num_warps, 4) * num_sms
     wanted = programs // tiles if m == 1 and num_warps > 1 else cdiv(programs, tiles)
     return max(min(wanted, iters, WORKSPACE_FLOATS // (m * n)), 1)
 
