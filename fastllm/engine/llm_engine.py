@@ -20,7 +20,7 @@ from fastllm.engine.output_processor import OutputKind, OutputProcessor, Request
 from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
 from fastllm.engine.stats import EngineStats
-from fastllm.engine.sequence import Sequence
+from fastllm.engine.sequence import Sequence, SequenceStatus
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.models.interface import promote_text_config
@@ -374,6 +374,8 @@ class LLMEngine:
         scheduled = schedule.scheduled
         now = time.time()
         for item in scheduled:
+            if item.seq.output_token_ids:  # it has generated: its request's times are set
+                continue
             metrics = self.requests[item.seq.request_id].metrics
             if metrics.inference_start_time is None:
                 metrics.inference_start_time = now
@@ -433,20 +435,24 @@ class LLMEngine:
     def _append_tokens(self, state: RequestState, item, result, deferred: Optional[TextToDecode] = None) -> None:
         seq = item.seq
         sample = state.samples[seq.index]
-        seq.draft_token_ids = []
-        last = len(result.new_token_ids) - 1
-        for i, (token, logprob, top) in enumerate(zip(result.new_token_ids, result.token_logprobs, result.logprobs)):
-            seq.append_token(token)
-            seq.cumulative_logprob += logprob
-            if seq.sampling_params.logprobs is not None:
-                seq.output_logprobs.append(top)
-            self.output_processor.check_token(seq, result.grammar_terminated and i == last)
+        if seq.draft_token_ids:
+            seq.draft_token_ids = []
+        tokens = result.new_token_ids
+        last = len(tokens) - 1
+        keep_logprobs = seq.sampling_params.logprobs is not None
+        check_token, detokenize = self.output_processor.check_token, self.output_processor.detokenize
+        for i, token in enumerate(tokens):
+            seq.output_token_ids.append(token)
+            seq.cumulative_logprob += result.token_logprobs[i]
+            if keep_logprobs:
+                seq.output_logprobs.append(result.logprobs[i])
+            check_token(seq, result.grammar_terminated and i == last)
             if deferred is None:
                 # token by token: a stop string ends at its own token
-                self.output_processor.detokenize(state, sample, [token])
+                detokenize(state, sample, [token])
             else:
                 deferred.append((state, sample, token))
-            if seq.is_finished:
+            if seq.status is SequenceStatus.FINISHED:
                 break
         if self.speculator is not None and result.new_token_ids:
             metrics = state.metrics

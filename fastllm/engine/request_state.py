@@ -66,4 +66,7 @@ class RequestState:
 
     @property
     def finished(self) -> bool:
-        return all(s.seq.is_finished for s in self.samples)
+        samples = self.samples
+        if len(samples) == 1:  # most requests: no generator a step
+            return samples[0].seq.is_finished
+        return all(s.seq.is_finished for s in samples)

@@ -13,7 +13,7 @@ from fastllm.engine.sequence import Sequence, SequenceStatus
 from fastllm.worker.scheduler_output import NewSequence, SchedulerOutput
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledSequence:
     """``num_new_tokens`` tokens of ``seq`` go through the model this step (drafts included)."""
 
@@ -73,19 +73,22 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled_running: list[Sequence] = []
         adapters: set[int] = set()
+        limit_adapters = self.max_adapters_per_step is not None
+        allocate = self.kv_cache.allocate
         queue = deque(seq for seq in self.running if not seq.finishes_with_pending)
         while queue and budget > 0:
             seq = queue.popleft()
-            if not self._adapter_fits(seq, adapters):
+            if limit_adapters and not self._adapter_fits(seq, adapters):
                 continue  # it keeps its blocks and runs once its adapter's turn comes
             drafts = len(seq.draft_token_ids)
-            wanted = seq.num_tokens + seq.num_pending_tokens + drafts - seq.num_computed_tokens
+            wanted = (len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens + drafts
+                      - seq.num_computed_tokens)
             if wanted > budget and drafts:
                 seq.draft_token_ids = seq.draft_token_ids[: max(0, budget - (wanted - drafts))]
                 drafts = len(seq.draft_token_ids)
                 wanted = seq.num_tokens + drafts - seq.num_computed_tokens
             num_new = min(wanted, budget)
-            while not self.kv_cache.allocate(seq, num_new):
+            while not allocate(seq, num_new):
                 if drafts:  # drafts never cost another sequence its cache: drop them first
                     seq.draft_token_ids, num_new, wanted, drafts = [], num_new - drafts, wanted - drafts, 0
                     continue
@@ -99,9 +102,11 @@ class Scheduler:
                 adapters.add(seq.adapter_id)
                 out.scheduled.append(ScheduledSequence(seq, num_new, drafts if num_new == wanted else 0))
                 budget -= num_new
-        scheduled_ids = {seq.seq_id for seq in scheduled_running}
-        self.running = scheduled_running + [s for s in self.running if s.seq_id not in scheduled_ids
-                                            and s.status is SequenceStatus.RUNNING]
+        if len(scheduled_running) != len(self.running):
+            scheduled_ids = {seq.seq_id for seq in scheduled_running}
+            scheduled_running += [s for s in self.running if s.seq_id not in scheduled_ids
+                                  and s.status is SequenceStatus.RUNNING]
+        self.running = scheduled_running
         if not out.preempted:
             self._admit_waiting(out, budget, adapters)
         if out.scheduled:
@@ -211,11 +216,13 @@ class Scheduler:
         Keys and values of rejected draft tokens stay in their slots as garbage and
         are overwritten later, since they lie past ``num_computed_tokens``.
         """
+        caching = self.kv_cache.enable_prefix_caching
         for item in scheduled:
             seq = item.seq
             seq.num_computed_tokens += (item.num_new_tokens - item.num_draft_tokens
                                         + item.num_accepted_drafts)
-            self.kv_cache.cache_computed_blocks(seq)
+            if caching:
+                self.kv_cache.cache_computed_blocks(seq)
 
     def finish(self, seq: Sequence) -> None:
         """Release a finished (or aborted) sequence wherever it is; the runner forgets it next step."""

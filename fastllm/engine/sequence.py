@@ -96,12 +96,13 @@ class Sequence:
     @property
     def finishes_with_pending(self) -> bool:
         """Its pending tokens reach max_tokens or max_model_len: scheduling more would be wasted."""
-        if not self.num_pending_tokens:
+        pending = self.num_pending_tokens
+        if not pending:
             return False
         max_tokens = self.sampling_params.max_tokens
-        num_output = len(self.output_token_ids) + self.num_pending_tokens
+        num_output = len(self.output_token_ids) + pending
         return ((max_tokens is not None and num_output >= max_tokens)
-                or self.num_tokens + self.num_pending_tokens >= self.max_model_len)
+                or len(self.prompt_token_ids) + num_output >= self.max_model_len)
 
     def append_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)

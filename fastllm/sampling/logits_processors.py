@@ -13,7 +13,8 @@ NEG_INF = float("-inf")
 def apply_logit_edits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """In place on ``logits [rows, vocab]``; rows are independent of each other."""
     vocab = logits.shape[-1]
-    for i, row in enumerate(batch.rows):
+    for i in batch.edit_rows:
+        row = batch.rows[i]
         params = row.seq.sampling_params
         for token_id, bias in params.logit_bias.items():
             if 0 <= token_id < vocab:
@@ -30,9 +31,7 @@ def apply_logit_edits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tenso
 
 def has_logit_edits(batch: SamplingBatch) -> bool:
     """Whether ``apply_logit_edits`` would change any row, known on the host without the logits."""
-    return batch.any_penalties or any(
-        row.seq.sampling_params.logit_bias or row.seq.bad_words_token_ids
-        or len(row.output_token_ids) < row.seq.sampling_params.min_tokens for row in batch.rows)
+    return batch.any_penalties or bool(batch.edit_rows)
 
 
 def _banned_bad_words(bad_words: list[list[int]], output: list[int]) -> list[int]:

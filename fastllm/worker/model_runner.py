@@ -96,6 +96,7 @@ class ModelRunner:
         self.graphs: Optional[Any] = None  # the platform's captured decode steps
         self.replica_rows: Optional[torch.Tensor] = None  # lockstep replicas: each one's real rows, padded steps
         self.last_sampled: Optional[SampledTokens] = None
+        self.last_batch: Optional[SamplingBatch] = None  # its columns serve a step of the same rows
         self.queued: Optional[QueuedLogits] = None
         self.profiler = StepProfiler(self.device)  # steps are counted by execute_model (or a worker's forward)
 
@@ -300,8 +301,6 @@ class ModelRunner:
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         """Logits of ``hidden[rows]`` over the full vocabulary (the LM head all-gathers them)."""
-        if isinstance(rows, list) and rows == list(range(rows[0], rows[0] + len(rows))):
-            rows = slice(rows[0], rows[0] + len(rows))  # decodes: a view, nothing to copy
         index = rows if isinstance(rows, slice) else to_device(rows, torch.int64, hidden.device)
         logits = self.model.compute_logits(hidden[index]) if is_last_stage() else None
         num_rows = len(rows) if isinstance(rows, list) else rows.stop - rows.start
@@ -311,17 +310,25 @@ class ModelRunner:
                       results: dict[int, SequenceResult]) -> QueuedLogits:
         queued = QueuedLogits(results)
         row_index: list[int] = []
+        owners, row_drafts = queued.owners, queued.row_drafts
         for item, offset in zip(inputs.order, inputs.token_offsets):
             if not item.samples:
                 continue
             seq, drafts = item.seq, item.draft_token_ids
             first = offset + item.num_new_tokens - len(drafts) - 1
-            queued.owners.append((item, len(row_index)))
+            owners.append((item, len(row_index)))
+            if not drafts:
+                row_drafts.append((seq, drafts))
+                row_index.append(first)
+                continue
             for j in range(len(drafts) + 1):
-                queued.row_drafts.append((seq, drafts[:j]))
+                row_drafts.append((seq, drafts[:j]))
                 row_index.append(first + j)
         if row_index:
-            queued.logits = self.compute_logits(hidden, row_index)
+            first, count = row_index[0], len(row_index)
+            # ascending, so contiguous when the ends are (decodes): a view, and a small message to workers
+            rows = slice(first, first + count) if row_index[-1] - first == count - 1 else row_index
+            queued.logits = self.compute_logits(hidden, rows)
         return queued
 
     @torch.inference_mode()
@@ -332,8 +339,11 @@ class ModelRunner:
         if queued.logits is None:
             return PendingStep(queued.results)
         owners = queued.owners
-        rows = [SamplingRow(seq, seq.output_token_ids + drafts) for seq, drafts in queued.row_drafts]
-        batch = SamplingBatch.build(rows, queued.logits.device)
+        # a row without drafts reads its sequence's own list: the sampling below is done before a
+        # later read appends to it, and a copy a row a step would cost O(length) each time
+        rows = [SamplingRow(seq, seq.output_token_ids + drafts if drafts else seq.output_token_ids)
+                for seq, drafts in queued.row_drafts]
+        batch = self.last_batch = SamplingBatch.build(rows, queued.logits.device, self.last_batch)
         dist = self.sampler.distribution(queued.logits, batch, grammar)
         top_k = [row.seq.sampling_params.logprobs for row in rows]
         for item, _ in owners:

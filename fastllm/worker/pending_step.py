@@ -16,7 +16,7 @@ from fastllm.platforms.transfer import HostCopy
 from fastllm.worker.input_batch import SequenceState
 
 
-@dataclass
+@dataclass(slots=True)
 class SequenceResult:
     """What one step produced for one sequence."""
 
@@ -29,7 +29,7 @@ class SequenceResult:
     grammar_terminated: bool = False  # its grammar ended with this token (set when the engine reads it)
 
 
-@dataclass
+@dataclass(slots=True)
 class SampledRows:
     """The rows of the step's token tensor that belong to one sequence, from ``start`` on; its
     tokens join the runner's state of it when they are read.
@@ -76,18 +76,27 @@ class PendingStep:
         tokens, chosen = tensors[0], tensors[1]
         num_accepted = tensors[2] if self._has_drafts else []
         top_values, top_ids = tensors[2 + self._has_drafts:] or (None, None)
+        results, top_k = self._results, self._top_k
         for owner in self._owners:
-            seq = owner.seq
-            result = self._results[seq.seq_id]
-            count = 1 if owner.draft_group is None else num_accepted[owner.draft_group] + 1
-            result.new_token_ids = tokens[owner.start:owner.start + count]
-            seq.output_token_ids += result.new_token_ids
+            seq, start = owner.seq, owner.start
+            result = results[seq.seq_id]
             seq.num_pending_tokens -= 1
+            if owner.draft_group is None:  # one token: no ranges, no slices
+                token = tokens[start]
+                result.new_token_ids = [token]
+                seq.output_token_ids.append(token)
+                result.token_logprobs = [chosen[start]]
+                result.logprobs = [None if top_k[start] is None
+                                   else self._alternatives(start, tokens, chosen, top_values, top_ids)]
+                continue
+            count = num_accepted[owner.draft_group] + 1
+            result.new_token_ids = tokens[start:start + count]
+            seq.output_token_ids += result.new_token_ids
             result.num_accepted_drafts = count - 1
-            rows = range(owner.start, owner.start + count)
+            rows = range(start, start + count)
             result.token_logprobs = [chosen[r] for r in rows]
             result.logprobs = [self._alternatives(r, tokens, chosen, top_values, top_ids) for r in rows]
-        return self._results
+        return results
 
     def _alternatives(self, row: int, tokens: list[int], chosen: list[float],
                       top_values: Optional[list], top_ids: Optional[list]) -> Optional[Logprobs]:
