@@ -20,7 +20,7 @@ from fastllm.engine.output_processor import OutputKind, OutputProcessor, Request
 from fastllm.engine.request_state import RequestState, SampleState
 from fastllm.engine.scheduler import Schedule, ScheduledSequence, Scheduler
 from fastllm.engine.stats import EngineStats
-from fastllm.engine.sequence import Sequence, SequenceStatus
+from fastllm.engine.sequence import Sequence
 from fastllm.executor import create_executor
 from fastllm.model_loader.resolve import load_tokenizer, resolve_load_format
 from fastllm.models.interface import promote_text_config
@@ -442,7 +442,7 @@ class LLMEngine:
         keep_logprobs = seq.sampling_params.logprobs is not None
         check_token, detokenize = self.output_processor.check_token, self.output_processor.detokenize
         for i, token in enumerate(tokens):
-            seq.output_token_ids.append(token)
+            seq.append_token(token)
             seq.cumulative_logprob += result.token_logprobs[i]
             if keep_logprobs:
                 seq.output_logprobs.append(result.logprobs[i])
@@ -452,7 +452,7 @@ class LLMEngine:
                 detokenize(state, sample, [token])
             else:
                 deferred.append((state, sample, token))
-            if seq.status is SequenceStatus.FINISHED:
+            if seq.is_finished:
                 break
         if self.speculator is not None and result.new_token_ids:
             metrics = state.metrics

@@ -73,16 +73,14 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled_running: list[Sequence] = []
         adapters: set[int] = set()
-        limit_adapters = self.max_adapters_per_step is not None
         allocate = self.kv_cache.allocate
         queue = deque(seq for seq in self.running if not seq.finishes_with_pending)
         while queue and budget > 0:
             seq = queue.popleft()
-            if limit_adapters and not self._adapter_fits(seq, adapters):
+            if not self._adapter_fits(seq, adapters):
                 continue  # it keeps its blocks and runs once its adapter's turn comes
             drafts = len(seq.draft_token_ids)
-            wanted = (len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens + drafts
-                      - seq.num_computed_tokens)
+            wanted = seq.num_tokens + seq.num_pending_tokens + drafts - seq.num_computed_tokens
             if wanted > budget and drafts:
                 seq.draft_token_ids = seq.draft_token_ids[: max(0, budget - (wanted - drafts))]
                 drafts = len(seq.draft_token_ids)

@@ -53,8 +53,7 @@ class SamplingBatch:
     num_seeded: int = 0
     edit_rows: tuple[int, ...] = ()  # rows with a logit bias, bad words or min_tokens still counting
     may_edit: tuple[int, ...] = ()  # rows whose request has a logit bias, bad words or min_tokens
-    seeds_list: list[int] = field(default_factory=list)
-    seeded: list[int] = field(default_factory=list)
+    seeded: list[int] = field(default_factory=list)  # seeded_rows on the host
 
     @classmethod
     def build(cls, rows: list[SamplingRow], device: torch.device,
@@ -64,8 +63,7 @@ class SamplingBatch:
         are the step's: only the output positions (and min_tokens still counting) change."""
         if previous is not None and len(previous.rows) == len(rows) and all(
                 a.seq is b.seq for a, b in zip(previous.rows, rows)):
-            randomness = None if previous.all_greedy else _randomness(rows, previous.seeds_list, previous.seeded,
-                                                                      device)
+            randomness = None if previous.all_greedy else _randomness(rows, previous.seeded, device)
             return replace(previous, rows=rows, edit_rows=_edit_rows(rows, previous.may_edit),
                            **_random_columns(randomness, len(rows)))
         n = len(rows)
@@ -82,8 +80,7 @@ class SamplingBatch:
         table = to_device(temperature + pad + top_p + pad + top_k + pad + min_p + pad,
                           torch.float32, device).view(4, n + len(pad))[:, :n]
         all_greedy = not any(temperature)
-        seeds = [r.seq.seed for r in rows]
-        randomness = None if all_greedy else _randomness(rows, seeds, seeded, device)
+        randomness = None if all_greedy else _randomness(rows, seeded, device)
         return cls(
             rows=rows,
             temperature=table[0],
@@ -99,7 +96,6 @@ class SamplingBatch:
             num_seeded=len(seeded),
             edit_rows=_edit_rows(rows, may_edit),
             may_edit=may_edit,
-            seeds_list=seeds,
             seeded=seeded,
         )
 
@@ -110,10 +106,10 @@ def _pad(n: int) -> list[int]:
     return [0] * (-n % 4)
 
 
-def _randomness(rows: list[SamplingRow], seeds: list[int], seeded: list[int], device: torch.device) -> torch.Tensor:
+def _randomness(rows: list[SamplingRow], seeded: list[int], device: torch.device) -> torch.Tensor:
     """Seeds, output positions and seeded rows, one copy."""
     pad = _pad(len(rows))
-    return to_device(seeds + pad + [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows] + pad + seeded,
+    return to_device([r.seq.seed for r in rows] + pad + [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows] + pad + seeded,
                      torch.int64, device)
 
 

@@ -135,8 +135,10 @@ def pack_inputs(scheduled: list[ScheduledRow], block_size: int, device: torch.de
     Decodes (one token, no drafts: most rows of most steps) take a loop of their own that builds
     no per-row lists: the host packs a step while the device runs the one before, and at a few
     hundred rows this loop is a large share of that time."""
-    decodes = [item for item in scheduled if item.num_new_tokens == 1 and not item.draft_token_ids]
-    others = [item for item in scheduled if item.num_new_tokens != 1 or item.draft_token_ids]
+    decodes: list[ScheduledRow] = []
+    others: list[ScheduledRow] = []
+    for item in scheduled:
+        (decodes if item.num_new_tokens == 1 and not item.draft_token_ids else others).append(item)
     order = decodes + others
     input_ids: list[int] = []
     positions: list[int] = []
@@ -196,8 +198,7 @@ def pack_inputs(scheduled: list[ScheduledRow], block_size: int, device: torch.de
     ids = longs[0]
     if fill_at:
         ids[longs[3]] = previous.tokens[longs[4]]
-    return ModelInputs(ids, longs[1], step_metadata(longs, ints, query_lens, seq_lens, len(decodes)), order,
-                       offsets, host)
+    return ModelInputs(ids, longs[1], step_metadata(longs, ints, query_lens, seq_lens), order, offsets, host)
 
 
 @dataclass
@@ -226,14 +227,14 @@ class PackedStep:
 
 
 def step_metadata(longs: list[torch.Tensor], ints: list[torch.Tensor], query_lens: list[int],
-                  seq_lens: list[int], num_decodes: Optional[int] = None) -> AttentionMetadata:
+                  seq_lens: list[int]) -> AttentionMetadata:
     """The attention metadata over a packed step's fields (``PackedStep.to_device``)."""
     return AttentionMetadata(
         slot_mapping=longs[2],
         query_start_loc=ints[0],
         seq_lens=ints[1],
         block_tables=ints[2].view(len(seq_lens), -1),
-        num_decodes=sum(1 for q in query_lens if q == 1) if num_decodes is None else num_decodes,
+        num_decodes=sum(1 for q in query_lens if q == 1),
         max_query_len=max(query_lens),
         max_seq_len=max(seq_lens),
         query_lens_cpu=query_lens,
