@@ -9,9 +9,11 @@ barrier kernel tells every rank that its peers' copies have landed. The norm aft
 reads the slots as summands (``RMSNorm`` takes ``[rows, ranks, hidden]``). At two ranks each
 sends its partial once: as many bytes as a ring all-reduce.
 
-Buffers alternate by sum (two a micro-batch's rows), and every sum ends with a barrier, so no
-rank writes into a slot its peer has yet to read: a micro-batch's sum ``i + 2`` starts after
-every rank passed sum ``i + 1``, which it issued after reading sum ``i``.
+Each micro-batch has its own side stream and barrier channel, so one's sums never wait for the
+other's. Buffers alternate by sum (two a micro-batch's rows), and every sum ends with a barrier,
+so no rank writes into a slot its peer has yet to read: a micro-batch's sum ``i + 2`` starts
+after every rank passed sum ``i + 1``, which it issued after reading sum ``i``. The counts run on
+from step to step, and a step begins after the last one's micro-batches ended on every rank.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ logger = logging.getLogger("fastllm")
 
 
 class CopyEngineSums:
-    """Two ``[ranks, max_tokens, hidden]`` buffers a rank, mapped by its peers, and the side stream."""
+    """Two ``[ranks, max_tokens, hidden]`` buffers a rank, mapped by its peers, and a side stream a micro-batch."""
 
     def __init__(self, group: dist.ProcessGroup, device: torch.device, max_tokens: int, hidden: int,
                  dtype: torch.dtype, micro_batches: int = 2):
@@ -43,7 +45,8 @@ class CopyEngineSums:
         self.rank = self.handle.rank
         self.peer_buffers = [self.handle.get_buffer(peer, shape, dtype)
                              for peer in range(group.size()) if peer != self.rank]
-        self.stream = torch.cuda.Stream(device)
+        # the highest priority: a barrier's one program starts as soon as the partial is there
+        self.streams = [torch.cuda.Stream(device, priority=-10) for _ in range(micro_batches)]
         self.sums_done = [0] * micro_batches  # a micro-batch's sums so far; its next one's buffer is the parity
 
     def fits(self, tokens: int) -> bool:
@@ -64,13 +67,13 @@ class CopyEngineSums:
         mine = self.buffer[parity, self.rank, rows]
         if x.data_ptr() != mine.data_ptr():
             mine.copy_(x)
-        caller = torch.cuda.current_stream(x.device)
-        self.stream.wait_stream(caller)
-        with torch.cuda.stream(self.stream):
+        caller, stream = torch.cuda.current_stream(x.device), self.streams[micro_batch]
+        stream.wait_stream(caller)
+        with torch.cuda.stream(stream):
             for peer_buffer in self.peer_buffers:
                 peer_buffer[parity, self.rank, rows].copy_(mine)  # contiguous: a DMA copy over NVLink
-            self.handle.barrier(channel=0)
-        caller.wait_stream(self.stream)
+            self.handle.barrier(channel=micro_batch)
+        caller.wait_stream(stream)
         return self.buffer[parity, :, rows].transpose(0, 1)
 
 

@@ -32,7 +32,11 @@ class OverlappedSteps:
 
     def __init__(self, device: torch.device, sums: Optional[CopyEngineSums]):
         self.sums = sums
-        self.streams = [torch.Stream(device) for _ in range(2)] if sums is not None else None
+        # the first micro-batch's kernels go first wherever both are ready: started together at equal
+        # priority, the two would compute side by side and then both wait for their sums; this way
+        # the second fills the SMs while the first's sums travel, and the other way round
+        self.streams = ([torch.cuda.Stream(device, priority=-10), torch.cuda.Stream(device)]
+                        if sums is not None else None)
 
     def run(self, model: Any, input_ids: torch.Tensor, positions: torch.Tensor, parts: list[MicroBatch],
             contexts: list[ForwardContext]) -> torch.Tensor:
