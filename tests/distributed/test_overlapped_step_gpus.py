@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from fastllm import LLM, SamplingParams
+from fastllm.platforms.copy_engine_sums import CopyEngineSums
 from fastllm.testing.models import save_tiny_checkpoint
 from tests.conftest import TINY_LLAMA, hf_greedy
 from tests.models.tiny_checkpoints import save_tiny_checkpoint as save_tiny_moe
@@ -21,6 +22,15 @@ SHAPE = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_
              num_key_value_heads=4, vocab_size=1024, max_position_embeddings=2048)
 LENGTHS = [900, 400, 1300, 640, 770, 200]
 PROMPTS = [[(7 * i + 3 * j) % 1000 + 5 for j in range(length)] for i, length in enumerate(LENGTHS + [100] * 8)]
+
+
+@pytest.fixture(autouse=True)
+def exchanges(monkeypatch) -> list[int]:
+    """Rank 0's copy-engine sums (its runner is in this process): none would mean one-pass steps."""
+    calls, exchange = [], CopyEngineSums.exchange
+    monkeypatch.setattr(CopyEngineSums, "exchange", lambda self, *args: calls.append(1) or exchange(self, *args))
+    yield calls
+    assert calls, "no step ran overlapped with copy-engine sums"
 
 
 def _greedy(path: str, batches: list[list[list[int]]], ignore_eos: bool, **kwargs) -> list[list[int]]:
