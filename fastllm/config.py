@@ -40,9 +40,6 @@ class EngineConfig(BaseModel):
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
     tp_cuda_graphs: bool = True  # CUDA graphs under tensor parallelism too (enforce_eager turns all off)
-    # tensor-parallel steps of at least this many tokens run as two micro-batches whose sums over the
-    # ranks overlap the other's compute (worker/overlapped_step.py); 0: never
-    tp_overlap_min_tokens: int = Field(2048, ge=0)
     async_scheduling: Optional[bool] = None  # None: where launches return early (CUDA)
     quantization: Optional[str] = None
     quantize_lm_head: bool = False  # the LM head quantized too, by the registered lm_head_quantizers plugin

@@ -8,9 +8,8 @@ stage ``r // tp``, so rank 0 (the driver) sits in the first stage.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
@@ -18,7 +17,6 @@ import torch.distributed as dist
 from fastllm.platforms.cuda_graphs import stream_capturing
 
 if TYPE_CHECKING:
-    from fastllm.platforms.copy_engine_sums import CopyEngineSums
     from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
 
 
@@ -143,50 +141,9 @@ def stage_layers(num_layers: int) -> range:
     return range(stage * num_layers // size, (stage + 1) * num_layers // size)
 
 
-@dataclass
-class _PartialSums:
-    """The copy-engine sums of one micro-batch of an overlapped step, and its rows in the step."""
-    sums: "CopyEngineSums"
-    micro_batch: int
-    rows: slice
-
-
-_partial_sums: Optional[_PartialSums] = None  # set by ``partial_sums_by_copy``
-
-
-@contextmanager
-def partial_sums_by_copy(sums: Optional["CopyEngineSums"], micro_batch: int, rows: slice) -> Iterator[None]:
-    """Sum the partials of this block, micro-batch ``micro_batch`` of an overlapped step holding the
-    step's ``rows``, through ``sums`` (``platforms.copy_engine_sums``; None: the usual collectives)."""
-    global _partial_sums
-    previous = _partial_sums
-    _partial_sums = None if sums is None else _PartialSums(sums, micro_batch, rows)
-    try:
-        yield
-    finally:
-        _partial_sums = previous
-
-
-def partial_sum_out() -> Optional[torch.Tensor]:
-    """Where a row-parallel layer whose sum the next norm takes should write its partial sum so that
-    the copy engines send it without a copy; None: anywhere."""
-    active = _partial_sums
-    return None if active is None else active.sums.partial_out(active.micro_batch, active.rows)
-
-
-def exchanged_partials(x: torch.Tensor) -> Optional[torch.Tensor]:
-    """Every rank's partial sum ``x`` as ``[rows, ranks, hidden]`` summands, under ``partial_sums_by_copy``;
-    None otherwise."""
-    active = _partial_sums
-    return None if active is None else active.sums.exchange(x, active.micro_batch, active.rows)
-
-
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the tensor-parallel ranks (in ``x`` or a new tensor: use the result)."""
     if tp_size() > 1:
-        summands = exchanged_partials(x)
-        if summands is not None:
-            return summands.sum(1)
         fast = _layout.fast_all_reduce
         if fast is not None and fast.fits(x):
             return fast(x)

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastllm.distributed.parallel_state import all_reduce, partial_sum_out, tp_rank, tp_size
+from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
 from fastllm.layers.fused import current_kernels
 
 
@@ -129,12 +129,7 @@ class RowParallelLinear(LinearBase):
             super().weight_loader(param, loaded, shard_id)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = self.bias if tp_rank() == 0 else None
-        out = None if self.reduce_results else partial_sum_out()
-        if out is not None and x.dim() == 2:  # straight into the buffer the copy engines send from
-            torch.matmul(x, self.weight.t(), out=out)
-            return out if bias is None else out.add_(bias)
-        out = self.product(x, bias)
+        out = self.product(x, self.bias if tp_rank() == 0 else None)
         return all_reduce(out) if self.reduce_results else out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import torch
 import torch.nn as nn
@@ -125,13 +125,6 @@ class LlamaModel(nn.Module):
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         """The final hidden states on the last stage; on another, what it sent the next one.
         ``inputs_embeds``: the first stage's input when a multimodal model embedded it."""
-        *_, hidden = self.layer_steps(input_ids, positions, inputs_embeds)
-        return hidden
-
-    def layer_steps(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                    inputs_embeds: torch.Tensor | None = None) -> Iterator[torch.Tensor | None]:
-        """``forward`` a layer at a time: None after each decoder layer, then its result, so that
-        the runner can interleave two micro-batches' layers (``worker.overlapped_step``)."""
         if is_first_stage():
             hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
             residual = None
@@ -140,13 +133,11 @@ class LlamaModel(nn.Module):
                                                            self.dtype, input_ids.device)
         for index in self.stage:
             hidden, residual = self.layers[index](positions, hidden, residual)
-            yield None
         if not is_last_stage():
             send_to_next_stage(all_reduce(hidden) if self.last_leaves_sum else hidden, residual)
-            yield hidden
-            return
+            return hidden
         hidden, _ = self.norm(hidden, residual)
-        yield hidden
+        return hidden
 
 
 class LlamaForCausalLM(nn.Module):
@@ -170,9 +161,6 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids, positions)
-
-    def layer_steps(self, input_ids: torch.Tensor, positions: torch.Tensor) -> Iterator[torch.Tensor | None]:
-        return self.model.layer_steps(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

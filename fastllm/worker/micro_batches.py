@@ -6,16 +6,12 @@ runs micro-batch k, stage 0 runs micro-batch k + 1 (sends and receives are queue
 device, so no stage's host waits for another). The cut is by tokens, so a long prefill chunk
 is cut too: its later part is a row whose context holds the earlier part, whose keys and
 values the same stage wrote one micro-batch before.
-
-Under tensor parallelism a large step runs as two micro-batches cut between rows, whose layers
-interleave so that one's all-reduces overlap the other's compute (``overlapped_step``).
 """
 
 from __future__ import annotations
 
 import os
-from itertools import accumulate
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -45,31 +41,19 @@ def split_step(meta: AttentionMetadata, count: int, device: torch.device) -> lis
     Every rank cuts the same step the same way: the cut depends on the metadata alone.
     """
     num_tokens = sum(meta.query_lens_cpu)
-    return split_at(meta, [num_tokens * i // count for i in range(count + 1)], device)
-
-
-def split_between_rows(meta: AttentionMetadata, min_share: float, device: torch.device) -> Optional[list[MicroBatch]]:
-    """``meta``'s rows in two micro-batches at the row boundary nearest the middle token, so that
-    neither reads keys the other writes; None where the smaller one would hold less than
-    ``min_share`` of the tokens (one long prefill chunk)."""
-    starts = list(accumulate(meta.query_lens_cpu, initial=0))
-    num_tokens = starts[-1]
-    cut = min(starts[1:-1], key=lambda start: abs(2 * start - num_tokens), default=0)
-    if min(cut, num_tokens - cut) < min_share * num_tokens:
-        return None
-    return split_at(meta, [0, cut, num_tokens], device)
-
-
-def split_at(meta: AttentionMetadata, bounds: list[int], device: torch.device) -> list[MicroBatch]:
-    """``meta``'s tokens cut at ``bounds`` (from 0 to the token count), each run with its own metadata."""
-    starts = list(accumulate(meta.query_lens_cpu, initial=0))
+    bounds = [num_tokens * i // count for i in range(count + 1)]
+    starts = [0]
+    for q in meta.query_lens_cpu:
+        starts.append(starts[-1] + q)
     parts = []
     for begin, end in zip(bounds, bounds[1:]):
         rows = [r for r in range(meta.num_seqs) if starts[r] < end and starts[r + 1] > begin]
         query_lens = [min(end, starts[r + 1]) - max(begin, starts[r]) for r in rows]
         # a row cut short at ``end`` sees its keys up to there only
         seq_lens = [meta.seq_lens_cpu[r] - max(0, starts[r + 1] - end) for r in rows]
-        query_start = list(accumulate(query_lens, initial=0))
+        query_start = [0]
+        for q in query_lens:
+            query_start.append(query_start[-1] + q)
         num_decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
         parts.append(MicroBatch(slice(begin, end), AttentionMetadata(
             slot_mapping=meta.slot_mapping[begin:end].clone(),  # clones start aligned, as the kernels expect

@@ -33,8 +33,7 @@ from fastllm.worker.encoder_cache import EncoderRunner
 from fastllm.worker.gc_heap import freeze_startup_heap, thaw_heap
 from fastllm.worker.input_batch import (InputBatch, ModelInputs, SampledTokens, ScheduledRow, SequenceState,
                                         pack_inputs)
-from fastllm.worker.micro_batches import MicroBatch, micro_batch_count, split_between_rows, split_step
-from fastllm.worker.overlapped_step import MIN_SHARE, overlapped_steps
+from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.worker.pending_step import PendingStep, SampledRows, SequenceResult
 from fastllm.worker.scheduler_output import SchedulerOutput
 
@@ -86,7 +85,6 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
-        self.overlapped = overlapped_steps(config, hf_config, self.model, self.device, dtype)
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_prompts)
         if config.merge_lora:
             registry.only("adapter_managers", "merge_lora").factory.merge(self.model, config.merge_lora)
@@ -255,23 +253,7 @@ class ModelRunner:
             return torch.cat([self._eager_forward(input_ids[part.tokens].clone(),
                                                   positions[..., part.tokens].clone(), part.attn_metadata)
                               for part in split_step(attn_metadata, count, self.device)])
-        parts = self._overlapped_parts(attn_metadata, multimodal)
-        if parts is not None:
-            contexts = [ForwardContext(part.attn_metadata, self.kv_caches, self.backend) for part in parts]
-            return self.overlapped.run(self.model, input_ids, positions, parts, contexts)
         return self._eager_forward(input_ids, positions, attn_metadata, multimodal)
-
-    def _overlapped_parts(self, attn_metadata: AttentionMetadata,
-                          multimodal: Optional[StepMultimodal]) -> Optional[list[MicroBatch]]:
-        """Two micro-batches whose sums overlap each other's compute (``overlapped_step``), for a
-        tensor-parallel step of ``tp_overlap_min_tokens`` or more; None: one pass. Not with adapters
-        (per-token slots)."""
-        tokens = sum(attn_metadata.query_lens_cpu)
-        if (self.overlapped is None or tokens < self.config.tp_overlap_min_tokens or multimodal is not None
-                or self.adapter_batch is not None
-                or (self.overlapped.sums is not None and not self.overlapped.sums.fits(tokens))):
-            return None
-        return split_between_rows(attn_metadata, MIN_SHARE, self.device)
 
     def _forward_in_lockstep(self, input_ids: torch.Tensor, positions: torch.Tensor,
                              attn_metadata: AttentionMetadata, multimodal: Optional[StepMultimodal] = None,

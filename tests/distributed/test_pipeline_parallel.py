@@ -13,8 +13,7 @@ from transformers import LlamaConfig
 from fastllm import LLM, SamplingParams
 from fastllm.attention.metadata import AttentionMetadata
 from fastllm.worker import model_runner
-from fastllm.worker.micro_batches import micro_batch_count, split_between_rows, split_step
-from fastllm.worker.overlapped_step import OverlappedSteps
+from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.testing.models import save_tiny_checkpoint
 from tests.conftest import TINY_LLAMA
 from tests.distributed.test_tensor_parallel import (TINY_PROMPTS, _generate, assert_same_outputs,
@@ -23,10 +22,10 @@ from tests.distributed.test_tensor_parallel import (TINY_PROMPTS, _generate, ass
 PARAMS = SamplingParams(temperature=0.0, max_tokens=8, logprobs=2, prompt_logprobs=2)
 
 
-def _tiny(path: str, tp: int = 1, pp: int = 1, **kwargs) -> LLM:
+def _tiny(path: str, tp: int = 1, pp: int = 1) -> LLM:
     # 16-token steps chunk the 40-token prompt, so steps mix prefill chunks with decodes
     return LLM(path, tensor_parallel_size=tp, pipeline_parallel_size=pp, num_gpu_blocks_override=32, block_size=16,
-               max_num_batched_tokens=16, **kwargs)
+               max_num_batched_tokens=16)
 
 
 @pytest.fixture(scope="module")
@@ -72,37 +71,6 @@ def test_micro_batches_match_one_process_on_tiny_checkpoint(tiny_checkpoint, tin
     monkeypatch.setattr(model_runner, "split_step", lambda *args: cuts.append(split_step(*args)) or cuts[-1])
     test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, tp, 2)
     assert {len(parts) for parts in cuts} == {4}  # on rank 0, which the workers' collectives must match
-
-
-def test_tp_overlapped_micro_batches_match_one_process(tiny_checkpoint, tiny_expected, monkeypatch):
-    """TP=2 with every step of 4+ tokens cut between rows into two interleaved micro-batches."""
-    runs, run = [], OverlappedSteps.run
-    monkeypatch.setattr(OverlappedSteps, "run", lambda self, *args: runs.append(args[3]) or run(self, *args))
-    llm = _tiny(tiny_checkpoint, 2, tp_overlap_min_tokens=4)
-    try:
-        actual = _generate(llm, [{"prompt_token_ids": p} for p in TINY_PROMPTS], PARAMS)
-    finally:
-        llm.shutdown()
-    assert_same_outputs(actual, tiny_expected)
-    assert runs and all(len(parts) == 2 for parts in runs)  # rank 0's, which the workers' sums must match
-
-
-def test_split_between_rows_cuts_nearest_the_middle():
-    """Rows of 1, 1, 5 and 3 tokens: the cut after the third row (7 of 10 tokens) is nearest 5; one
-    long row cannot be cut, nor a cut that leaves the smaller part under the share."""
-    meta = AttentionMetadata(slot_mapping=torch.arange(10), query_start_loc=torch.tensor([0, 1, 2, 7, 10]),
-                             seq_lens=torch.tensor([4, 9, 8, 3]), block_tables=torch.arange(8).view(4, 2),
-                             num_decodes=2, max_query_len=5, max_seq_len=9, query_lens_cpu=[1, 1, 5, 3],
-                             seq_lens_cpu=[4, 9, 8, 3])
-    parts = split_between_rows(meta, 0.25, torch.device("cpu"))
-    assert [p.tokens for p in parts] == [slice(0, 7), slice(7, 10)]
-    assert parts[0].attn_metadata.query_lens_cpu == [1, 1, 5] and parts[0].attn_metadata.num_decodes == 2
-    assert parts[1].attn_metadata.seq_lens_cpu == [3] and parts[1].attn_metadata.block_tables.tolist() == [[6, 7]]
-    assert split_between_rows(meta, 0.4, torch.device("cpu")) is None
-    one_row = AttentionMetadata(slot_mapping=torch.arange(8), query_start_loc=torch.tensor([0, 8]),
-                                seq_lens=torch.tensor([8]), block_tables=torch.zeros(1, 1, dtype=torch.int32),
-                                num_decodes=0, max_query_len=8, max_seq_len=8, query_lens_cpu=[8], seq_lens_cpu=[8])
-    assert split_between_rows(one_row, 0.25, torch.device("cpu")) is None
 
 
 def test_split_step_cuts_rows_by_tokens():

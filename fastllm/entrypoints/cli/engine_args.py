@@ -69,9 +69,6 @@ def add_engine_args(parser: argparse.ArgumentParser, model_positional: bool = Fa
     parser.add_argument("--tp-cuda-graphs", nargs="?", const=True, default=None, type=env_bool,
                         help="capture CUDA graphs under tensor parallelism too (default on); "
                              "'--tp-cuda-graphs false' turns it off")
-    parser.add_argument("--tp-overlap-min-tokens", type=int, default=None,
-                        help="tensor-parallel steps of at least this many tokens run as two micro-batches "
-                             "whose sums over the GPUs overlap compute (default 2048; 0: never)")
     parser.add_argument("--async-scheduling", nargs="?", const=True, default=None, type=env_bool,
                         help="queue each step before reading the last one's tokens (default: on CUDA); "
                              "'--async-scheduling false' turns it off")
