@@ -32,8 +32,9 @@ from fastllm.platforms.cuda_graphs import stream_capturing
 logger = logging.getLogger("fastllm")
 
 MIN_BYTES = 4 * 1024 * 1024  # smaller sums: the symmetric-memory all-reduce (symmetric_all_reduce.py) wins
-CHUNK_ROWS = 1024  # the GEMM's row chunks are at least this tall (up to CHUNKS of them)
-CHUNKS = 4
+CHUNK_ROWS = 1024  # the GEMM's row chunks are at least this tall
+CHUNKS_ENV = "FASTLLM_COPY_ENGINE_CHUNKS"
+"""How many row chunks at most (default 4): more hide more of the copies and cost more launches."""
 
 
 class CopyEngineSums:
@@ -41,8 +42,9 @@ class CopyEngineSums:
     ``send`` / ``exchange`` make one sum."""
 
     def __init__(self, group: dist.ProcessGroup, device: torch.device, max_tokens: int, hidden: int,
-                 dtype: torch.dtype, min_bytes: int = MIN_BYTES):
+                 dtype: torch.dtype, min_bytes: int = MIN_BYTES, max_chunks: int = 4):
         self.max_tokens, self.hidden, self.dtype, self.min_bytes = max_tokens, hidden, dtype, min_bytes
+        self.max_chunks = max_chunks
         self.rank, self.world = group.rank(), group.size()
         self.buffer = self._buffers(group, device)
         self.sums_done = 0  # sums so far; the next one's buffer is its parity
@@ -60,7 +62,7 @@ class CopyEngineSums:
 
     def chunks(self, tokens: int) -> list[slice]:
         """The row chunks a GEMM writes its partial in, each sent as soon as it is done."""
-        count = max(1, min(CHUNKS, tokens // CHUNK_ROWS))
+        count = max(1, min(self.max_chunks, tokens // CHUNK_ROWS))
         bounds = [tokens * i // count for i in range(count + 1)]
         return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
 
@@ -123,8 +125,11 @@ def copy_engine_sums(group: Optional[dist.ProcessGroup], device: torch.device, m
             or os.environ.get("FASTLLM_COPY_ENGINE_SUMS", "1") == "0"
             or os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0"):
         return None
+    max_chunks = int(os.environ.get(CHUNKS_ENV, "4"))  # a malformed setting fails start-up, not the sums
+    if max_chunks < 1:
+        raise ValueError(f"{CHUNKS_ENV} must be 1 or more, not {max_chunks}")
     try:
-        return CopyEngineSums(group or dist.group.WORLD, device, max_tokens, hidden, dtype)
+        return CopyEngineSums(group or dist.group.WORLD, device, max_tokens, hidden, dtype, max_chunks=max_chunks)
     except Exception as exc:  # no peer access, or a torch without symmetric memory: best effort, said once
         logger.warning("copy-engine sums unavailable (%s); NCCL sums the large steps", exc)
         return None
