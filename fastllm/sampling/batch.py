@@ -50,10 +50,13 @@ class SamplingBatch:
     seeds: Optional[torch.Tensor] = None  # int64, each row's sequence seed (None: all greedy)
     offsets: Optional[torch.Tensor] = None  # int64, tokens before the row's: its output position
     seeded_rows: Optional[torch.Tensor] = None  # int64, the sampled rows whose request has a seed
-    num_seeded: int = 0
     edit_rows: tuple[int, ...] = ()  # rows with a logit bias, bad words or min_tokens still counting
     may_edit: tuple[int, ...] = ()  # rows whose request has a logit bias, bad words or min_tokens
     seeded: list[int] = field(default_factory=list)  # seeded_rows on the host
+
+    @property
+    def num_seeded(self) -> int:
+        return len(self.seeded)
 
     @classmethod
     def build(cls, rows: list[SamplingRow], device: torch.device,
@@ -93,7 +96,6 @@ class SamplingBatch:
             any_min_p=max(min_p) > 0.0,
             any_penalties=any(p.needs_penalties for p in params),
             **_random_columns(randomness, n),
-            num_seeded=len(seeded),
             edit_rows=_edit_rows(rows, may_edit),
             may_edit=may_edit,
             seeded=seeded,
@@ -109,8 +111,8 @@ def _pad(n: int) -> list[int]:
 def _randomness(rows: list[SamplingRow], seeded: list[int], device: torch.device) -> torch.Tensor:
     """Seeds, output positions and seeded rows, one copy."""
     pad = _pad(len(rows))
-    return to_device([r.seq.seed for r in rows] + pad + [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows] + pad + seeded,
-                     torch.int64, device)
+    positions = [len(r.output_token_ids) + r.seq.num_pending_tokens for r in rows]
+    return to_device([r.seq.seed for r in rows] + pad + positions + pad + seeded, torch.int64, device)
 
 
 def _random_columns(randomness: Optional[torch.Tensor], n: int) -> dict[str, Optional[torch.Tensor]]:
