@@ -34,7 +34,7 @@ logger = logging.getLogger("fastllm")
 MIN_BYTES = 4 * 1024 * 1024  # smaller sums: the symmetric-memory all-reduce (symmetric_all_reduce.py) wins
 CHUNK_ROWS = 1024  # the GEMM's row chunks are at least this tall
 CHUNKS_ENV = "FASTLLM_COPY_ENGINE_CHUNKS"
-"""How many row chunks at most (default 4): more hide more of the copies and cost more launches."""
+"""How many row chunks at most (default 2): more hide more of the copies and cost more launches."""
 
 
 class CopyEngineSums:
@@ -42,7 +42,7 @@ class CopyEngineSums:
     ``send`` / ``exchange`` make one sum."""
 
     def __init__(self, group: dist.ProcessGroup, device: torch.device, max_tokens: int, hidden: int,
-                 dtype: torch.dtype, min_bytes: int = MIN_BYTES, max_chunks: int = 4):
+                 dtype: torch.dtype, min_bytes: int = MIN_BYTES, max_chunks: int = 2):
         self.max_tokens, self.hidden, self.dtype, self.min_bytes = max_tokens, hidden, dtype, min_bytes
         self.max_chunks = max_chunks
         self.rank, self.world = group.rank(), group.size()
@@ -125,7 +125,7 @@ def copy_engine_sums(group: Optional[dist.ProcessGroup], device: torch.device, m
             or os.environ.get("FASTLLM_COPY_ENGINE_SUMS", "1") == "0"
             or os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0"):
         return None
-    max_chunks = int(os.environ.get(CHUNKS_ENV, "4"))  # a malformed setting fails start-up, not the sums
+    max_chunks = int(os.environ.get(CHUNKS_ENV, "2"))  # a malformed setting fails start-up, not the sums
     if max_chunks < 1:
         raise ValueError(f"{CHUNKS_ENV} must be 1 or more, not {max_chunks}")
     try:
