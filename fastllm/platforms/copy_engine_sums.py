@@ -33,8 +33,23 @@ logger = logging.getLogger("fastllm")
 
 MIN_BYTES = 4 * 1024 * 1024  # smaller sums: the symmetric-memory all-reduce (symmetric_all_reduce.py) wins
 CHUNK_ROWS = 1024  # the GEMM's row chunks are at least this tall
+ROW_ALIGN = 128  # chunk bounds on whole GEMM tiles
 CHUNKS_ENV = "FASTLLM_COPY_ENGINE_CHUNKS"
-"""How many row chunks at most (default 2): more hide more of the copies and cost more launches."""
+"""How many row chunks at most (default 3): more hide more of the copies and cost more launches."""
+
+
+def row_chunks(tokens: int, max_chunks: int) -> list[slice]:
+    """The row chunks a GEMM writes its partial in, each sent as soon as it is done. From three
+    chunks on, the first and the last are half as tall as the others: the copies start early
+    (an ``o_proj`` computes about as fast as its rows copy) and the last copy, which nothing
+    hides, is short (a ``down_proj``'s GEMM hides the rest)."""
+    count = max(1, min(max_chunks, tokens // CHUNK_ROWS))
+    while count > 2 and tokens // (2 * (count - 1)) < CHUNK_ROWS:
+        count -= 1
+    weights = [1] + [2] * (count - 2) + [1] if count > 2 else [1] * count
+    ends = [sum(weights[:i + 1]) for i in range(count)]
+    bounds = [0] + [round(tokens * end / ends[-1] / ROW_ALIGN) * ROW_ALIGN for end in ends[:-1]] + [tokens]
+    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:]) if stop > start]
 
 
 class CopyEngineSums:
@@ -42,7 +57,7 @@ class CopyEngineSums:
     ``send`` / ``exchange`` make one sum."""
 
     def __init__(self, group: dist.ProcessGroup, device: torch.device, max_tokens: int, hidden: int,
-                 dtype: torch.dtype, min_bytes: int = MIN_BYTES, max_chunks: int = 2):
+                 dtype: torch.dtype, min_bytes: int = MIN_BYTES, max_chunks: int = 3):
         self.max_tokens, self.hidden, self.dtype, self.min_bytes = max_tokens, hidden, dtype, min_bytes
         self.max_chunks = max_chunks
         self.rank, self.world = group.rank(), group.size()
@@ -61,10 +76,7 @@ class CopyEngineSums:
         return None if self.sent else self.buffer[self.sums_done % 2, self.rank, :tokens]
 
     def chunks(self, tokens: int) -> list[slice]:
-        """The row chunks a GEMM writes its partial in, each sent as soon as it is done."""
-        count = max(1, min(self.max_chunks, tokens // CHUNK_ROWS))
-        bounds = [tokens * i // count for i in range(count + 1)]
-        return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
+        return row_chunks(tokens, self.max_chunks)
 
     def send(self, rows: slice) -> None:
         """Queue the copy of the slot's ``rows`` (written by the work queued so far) to every peer."""
@@ -125,7 +137,7 @@ def copy_engine_sums(group: Optional[dist.ProcessGroup], device: torch.device, m
             or os.environ.get("FASTLLM_COPY_ENGINE_SUMS", "1") == "0"
             or os.environ.get("FASTLLM_SYMM_MEM_ALL_REDUCE", "1") == "0"):
         return None
-    max_chunks = int(os.environ.get(CHUNKS_ENV, "2"))  # a malformed setting fails start-up, not the sums
+    max_chunks = int(os.environ.get(CHUNKS_ENV, "3"))  # a malformed setting fails start-up, not the sums
     if max_chunks < 1:
         raise ValueError(f"{CHUNKS_ENV} must be 1 or more, not {max_chunks}")
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -63,7 +64,7 @@ def _rank(rank: int, init: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
         set_layout(2, 1)
-        copy_engine_sums.CHUNK_ROWS = 4  # 11 rows: two chunks of 5 and 6
+        copy_engine_sums.CHUNK_ROWS, copy_engine_sums.ROW_ALIGN = 2, 1  # 11 rows: chunks of 3, 5 and 3
         _, _, _, _, inputs, residuals = _weights()
         mlp, norm = _mlp(tp=True)
         sums = GlooSums(dist.group.WORLD, torch.device("cpu"), MAX_TOKENS, HIDDEN, torch.float32, min_bytes=0)
@@ -93,6 +94,20 @@ def test_chunked_partials_sum_like_one_process(tmp_path):
         copied, other_dtype = outputs[SUMS]
         torch.testing.assert_close(copied, inputs[0] * 3)
         torch.testing.assert_close(other_dtype, inputs[0].double() * 3)
-        # each MLP sum: two chunks sent by the GEMM, in alternating buffers; then the copied partial whole
-        assert sends == [(0, 0, 5), (0, 5, 11), (1, 0, 5), (1, 5, 11), (0, 0, 5), (0, 5, 11), (1, 0, 11)]
+        # each MLP sum: three chunks sent by the GEMM, in alternating buffers; then the copied partial whole
+        chunks = [(0, 3), (3, 8), (8, 11)]
+        assert sends == [(parity, *rows) for parity in (0, 1, 0) for rows in chunks] + [(1, 0, 11)]
         assert sums_done == SUMS + 1
+
+
+@pytest.mark.parametrize("tokens, max_chunks, bounds", [
+    (8192, 3, [0, 2048, 6144, 8192]),  # the ends half as tall as the middle
+    (8192, 2, [0, 4096, 8192]),
+    (8192, 4, [0, 1408, 4096, 6784, 8192]),  # on whole 128-row tiles
+    (3000, 3, [0, 1536, 3000]),  # a third chunk would be under 1024 rows
+    (2047, 3, [0, 2047]),
+    (8192, 1, [0, 8192]),
+])
+def test_row_chunks(tokens, max_chunks, bounds):
+    chunks = copy_engine_sums.row_chunks(tokens, max_chunks)
+    assert [c.start for c in chunks] + [chunks[-1].stop] == bounds
