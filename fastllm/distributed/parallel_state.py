@@ -8,8 +8,9 @@ stage ``r // tp``, so rank 0 (the driver) sits in the first stage.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,7 @@ import torch.distributed as dist
 from fastllm.platforms.cuda_graphs import stream_capturing
 
 if TYPE_CHECKING:
+    from fastllm.platforms.copy_engine_sums import CopyEngineSums
     from fastllm.platforms.symmetric_all_reduce import SymmetricAllReduce
 
 
@@ -35,6 +37,7 @@ class Layout:
 
 
 _layout = Layout()
+_large_sums: Optional["CopyEngineSums"] = None  # this step's, set by ``sums_by_copy``
 
 
 def expert_all_to_all_cut() -> Optional[int]:
@@ -141,9 +144,37 @@ def stage_layers(num_layers: int) -> range:
     return range(stage * num_layers // size, (stage + 1) * num_layers // size)
 
 
+@contextmanager
+def sums_by_copy(sums: Optional["CopyEngineSums"], tokens: int) -> Iterator[None]:
+    """Sum the partials of a step of ``tokens`` rows through ``sums`` (``platforms.copy_engine_sums``)
+    where they apply to it; otherwise, and with None, through the usual collectives."""
+    global _large_sums
+    previous = _large_sums
+    _large_sums = sums if sums is not None and sums.applies(tokens) else None
+    try:
+        yield
+    finally:
+        _large_sums = previous
+
+
+def large_sums() -> Optional["CopyEngineSums"]:
+    """This step's copy-engine sums, for a row-parallel layer to write its partial into; None: none."""
+    return _large_sums
+
+
+def exchanged_partials(x: torch.Tensor) -> Optional[torch.Tensor]:
+    """Every rank's partial sum ``x`` as ``[rows, ranks, hidden]`` summands where this step sums by
+    copy engine and ``x`` fits; None otherwise."""
+    sums = _large_sums
+    return None if sums is None else sums.exchange(x)
+
+
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the tensor-parallel ranks (in ``x`` or a new tensor: use the result)."""
     if tp_size() > 1:
+        summands = exchanged_partials(x)
+        if summands is not None:
+            return summands.sum(1)
         fast = _layout.fast_all_reduce
         if fast is not None and fast.fits(x):
             return fast(x)

@@ -88,6 +88,8 @@ class LLMEngine:
         self.max_model_len = config.max_model_len or model_len
         self.max_num_batched_tokens = config.max_num_batched_tokens or max(
             min(self.max_model_len, 8192), config.max_num_seqs)
+        # the runners size step buffers by it (copy-engine sums)
+        config = self.config = config.model_copy(update={"max_num_batched_tokens": self.max_num_batched_tokens})
         checkpoint_dtype = getattr(self.hf_config, "torch_dtype", None) or getattr(self.hf_config, "dtype", None)
         if isinstance(checkpoint_dtype, str):
             checkpoint_dtype = getattr(torch, checkpoint_dtype, None)

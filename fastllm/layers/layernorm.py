@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from fastllm.distributed.parallel_state import all_reduce, all_reduce_add_rms_norm, tp_size
+from fastllm.distributed.parallel_state import all_reduce, all_reduce_add_rms_norm, exchanged_partials, tp_size
 from fastllm.layers.fused import current_kernels
 
 
@@ -30,10 +30,12 @@ class RMSNorm(nn.Module):
         """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual); ``x`` may
         then be ``[T, S, hidden]``, S summands a row (an MoE block's expert rows), added first."""
         if self.sums_partials and tp_size() > 1:
-            fused = None if residual is None else all_reduce_add_rms_norm(x, residual, self.weight, self.eps)
+            summands = exchanged_partials(x) if residual is not None else None
+            fused = None if residual is None or summands is not None else all_reduce_add_rms_norm(
+                x, residual, self.weight, self.eps)
             if fused is not None:
                 return fused
-            x = all_reduce(x)
+            x = all_reduce(x) if summands is None else summands  # the ranks' partials, added with the residual
         kernels = self.kernels
         if kernels is not None:
             if residual is None:

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastllm.distributed.parallel_state import all_reduce, tp_rank, tp_size
+from fastllm.distributed.parallel_state import all_reduce, large_sums, tp_rank, tp_size
 from fastllm.layers.fused import current_kernels
 
 
@@ -129,7 +129,17 @@ class RowParallelLinear(LinearBase):
             super().weight_loader(param, loaded, shard_id)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.product(x, self.bias if tp_rank() == 0 else None)
+        bias = self.bias if tp_rank() == 0 else None
+        sums = None if self.reduce_results or x.dim() != 2 else large_sums()
+        out = None if sums is None else sums.partial_out(x.shape[0])
+        if out is not None:  # row chunks into the copy engines' buffer, each sent while the next is computed
+            for rows in sums.chunks(x.shape[0]):
+                torch.matmul(x[rows], self.weight.t(), out=out[rows])
+                if bias is not None:
+                    out[rows] += bias
+                sums.send(rows)
+            return out
+        out = self.product(x, bias)
         return all_reduce(out) if self.reduce_results else out
 
 

@@ -15,12 +15,13 @@ from fastllm import registry
 from fastllm.attention.metadata import AttentionMetadata, ForwardContext, forward_context
 from fastllm.config import EngineConfig
 from fastllm.distributed.expert_dispatch import replica_token_counts
-from fastllm.distributed.parallel_state import (experts_over_replicas, is_last_stage, logits_to_driver, pp_size,
-                                                tp_size)
+from fastllm.distributed.parallel_state import (ep_size, experts_over_replicas, is_last_stage, logits_to_driver,
+                                                pp_size, sums_by_copy, tp_group, tp_size)
 from fastllm.distributed.replica_step import ReplicaPlan, agree_step, padding_rows
 from fastllm.layers.fused import use_kernels
 from fastllm.multimodal.inputs import StepMultimodal
 from fastllm.outputs import Logprobs
+from fastllm.platforms.copy_engine_sums import copy_engine_sums
 from fastllm.platforms.cuda_graphs import DecodeGraphs
 from fastllm.platforms.step_profiler import StepProfiler
 from fastllm.platforms.transfer import to_device
@@ -85,6 +86,9 @@ class ModelRunner:
         self.num_blocks = 0
         self.model.eval()
         self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
+        # prefill-sized tensor-parallel steps sum their partials by copy engine (platforms/copy_engine_sums.py)
+        self.copy_sums = (copy_engine_sums(tp_group(), self.device, config.max_num_batched_tokens,
+                                           hf_config.hidden_size, dtype) if self._sums_by_copy_apply() else None)
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_prompts)
         if config.merge_lora:
             registry.only("adapter_managers", "merge_lora").factory.merge(self.model, config.merge_lora)
@@ -99,6 +103,13 @@ class ModelRunner:
         self.last_batch: Optional[SamplingBatch] = None  # its columns serve a step of the same rows
         self.queued: Optional[QueuedLogits] = None
         self.profiler = StepProfiler(self.device)  # steps are counted by execute_model (or a worker's forward)
+
+    def _sums_by_copy_apply(self) -> bool:
+        """Not with one GPU, pipeline or expert parallelism (their collectives are not these sums),
+        adapters (LoRA adds to a partial after the GEMM that sent it) or multimodal models (their
+        encoders sum other shapes). Every tensor-parallel rank decides alike (the set-up is collective)."""
+        return (tp_size() > 1 and pp_size() == 1 and ep_size() == 1 and not self.config.enable_lora
+                and not hasattr(self.model, "encode_multimodal"))
 
     # ---- KV cache -------------------------------------------------------------------------
     def kv_cache_dtype(self) -> torch.dtype:
@@ -294,7 +305,8 @@ class ModelRunner:
         if replica_tokens is None and experts_over_replicas():
             replica_tokens = replica_token_counts(input_ids.shape[0], self.device)
         with forward_context(ForwardContext(attn_metadata, self.kv_caches, self.backend, adapter_batch,
-                                            replica_tokens, replica_padding)):
+                                            replica_tokens, replica_padding)), \
+                sums_by_copy(self.copy_sums, input_ids.shape[0]):
             if multimodal is not None:
                 return self.model(input_ids, positions, multimodal=multimodal)
             return self.model(input_ids, positions)
