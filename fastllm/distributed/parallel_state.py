@@ -201,6 +201,20 @@ def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
+def greedy_over_shards(best: torch.Tensor, token: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vocabulary's argmax (int64) and its logprob per row, from every tensor-parallel rank's
+    shard: its max logit ``best``, that token's id ``token`` and its log-sum-exp ``lse`` (float32).
+    Ties go to the lowest token id, as one argmax over the whole vocabulary would have it."""
+    if tp_size() == 1:
+        return token, best - lse
+    stats = torch.stack([best, token.float(), lse])  # token ids below 2**24 are exact in float32
+    parts = [torch.empty_like(stats) for _ in range(tp_size())]
+    dist.all_gather(parts, stats, group=_layout.tp_group)
+    maxima, tokens, lses = torch.stack(parts, dim=1)  # each [ranks, rows], ranks in vocabulary order
+    winner = maxima.argmax(dim=0, keepdim=True)  # the first rank among equal maxima
+    return tokens.gather(0, winner).squeeze(0).long(), maxima.gather(0, winner).squeeze(0) - lses.logsumexp(dim=0)
+
+
 def broadcast_input_ids(input_ids: torch.Tensor) -> torch.Tensor:
     """Rank 0's step tokens into every rank's ``input_ids`` (queued on the device, no host wait)."""
     dist.broadcast(input_ids, src=0)

@@ -25,8 +25,9 @@ from fastllm.worker.scheduler_output import SchedulerOutput
 class DriverRunner(ModelRunner):
     """Rank 0's runner: announces each collective-bearing call to the workers, then makes it.
 
-    During a step only ``forward_step`` and ``compute_logits`` reach the layers' collectives, so
-    the workers replay exactly those, with the same arguments, and sampling stays here.
+    During a step only ``forward_step`` and ``compute_logits`` (or ``compute_greedy``) reach the
+    layers' collectives, so the workers replay exactly those, with the same arguments, and
+    sampling stays here.
     (``profile_peak_bytes`` calls the model directly: workers run their own profile.)
     """
 
@@ -45,6 +46,10 @@ class DriverRunner(ModelRunner):
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         self.workers.call("compute_logits", rows)
         return super().compute_logits(hidden, rows)
+
+    def compute_greedy(self, hidden: torch.Tensor, rows: list[int] | slice) -> tuple[torch.Tensor, torch.Tensor]:
+        self.workers.call("compute_greedy", rows)
+        return super().compute_greedy(hidden, rows)
 
 
 class MultiprocExecutor:

@@ -1,8 +1,9 @@
 """A tensor-parallel worker process: one rank's model shard, driven by rank 0 over a pipe.
 
 A worker never schedules or samples. It mirrors the runner calls that contain collectives
-(``forward``, ``compute_logits``) plus the set-up calls (KV budget, KV allocation), in the
-order rank 0 makes them; its logits are thrown away, since rank 0 samples for everyone.
+(``forward``, ``compute_logits`` or ``compute_greedy``) plus the set-up calls (KV budget, KV
+allocation), in the order rank 0 makes them; its logits are thrown away, since rank 0 samples
+for everyone.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class Worker:
 
     def compute_logits(self, rows: list[int] | slice) -> None:
         self.runner.compute_logits(self.hidden, rows)
+
+    def compute_greedy(self, rows: list[int] | slice) -> None:
+        self.runner.compute_greedy(self.hidden, rows)
 
     def allocate_kv_cache(self, num_blocks: int, step_tokens: int) -> None:
         self.runner.allocate_kv_cache(num_blocks, step_tokens)

@@ -21,6 +21,9 @@ class CausalLM(Protocol):
         """Hidden states ``[N, hidden]`` -> float logits ``[N, vocab]``."""
         ...
 
+    # Optional: ``compute_greedy(hidden) -> (tokens, logprobs)``, each row's argmax and its logprob
+    # without the full logits; where a model has it, tensor-parallel greedy steps use it.
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Consume HF-named tensors; return the names of the parameters that were filled."""
         ...

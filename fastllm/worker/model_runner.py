@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -51,8 +52,13 @@ class QueuedLogits:
 
     results: dict[int, SequenceResult]
     logits: Optional[torch.Tensor] = None
+    greedy: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # tokens and logprobs, where no row needs logits
     owners: list[tuple[ScheduledRow, int]] = field(default_factory=list)
     row_drafts: list[tuple[SequenceState, list[int]]] = field(default_factory=list)
+
+
+def _rows(hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
+    return hidden[rows if isinstance(rows, slice) else to_device(rows, torch.int64, hidden.device)]
 
 
 class ModelRunner:
@@ -102,6 +108,9 @@ class ModelRunner:
         self.last_sampled: Optional[SampledTokens] = None
         self.last_batch: Optional[SamplingBatch] = None  # its columns serve a step of the same rows
         self.queued: Optional[QueuedLogits] = None
+        # tensor-parallel greedy rows reduce each vocabulary shard in place (``FASTLLM_GREEDY_OVER_SHARDS=0``: off)
+        self.greedy_over_shards = (tp_size() > 1 and pp_size() == 1 and hasattr(self.model, "compute_greedy")
+                                   and os.environ.get("FASTLLM_GREEDY_OVER_SHARDS", "1") != "0")
         self.profiler = StepProfiler(self.device)  # steps are counted by execute_model (or a worker's forward)
 
     def _sums_by_copy_apply(self) -> bool:
@@ -313,10 +322,22 @@ class ModelRunner:
 
     def compute_logits(self, hidden: torch.Tensor, rows: list[int] | slice) -> torch.Tensor:
         """Logits of ``hidden[rows]`` over the full vocabulary (the LM head all-gathers them)."""
-        index = rows if isinstance(rows, slice) else to_device(rows, torch.int64, hidden.device)
-        logits = self.model.compute_logits(hidden[index]) if is_last_stage() else None
+        logits = self.model.compute_logits(_rows(hidden, rows)) if is_last_stage() else None
         num_rows = len(rows) if isinstance(rows, list) else rows.stop - rows.start
         return logits_to_driver(logits, (num_rows, self.hf_config.vocab_size), hidden.device)
+
+    def compute_greedy(self, hidden: torch.Tensor, rows: list[int] | slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """The argmax token and its logprob of each of ``hidden[rows]``, every rank's vocabulary
+        shard reduced where it is (``compute_logits``' all-gather moves the whole logits)."""
+        return self.model.compute_greedy(_rows(hidden, rows))
+
+    def _greedy_only(self, item: ScheduledRow) -> bool:
+        """Whether the row's token is the argmax of its unedited logits and nothing else of them is
+        reported: then, across tensor-parallel ranks, ``compute_greedy`` is all it needs."""
+        params = item.seq.sampling_params
+        return (params.greedy and params.logprobs is None and params.guided_decoding is None
+                and not (params.needs_penalties or params.logit_bias or params.min_tokens
+                         or item.seq.bad_words_token_ids or item.draft_token_ids))
 
     def _queue_logits(self, hidden: torch.Tensor, inputs: ModelInputs,
                       results: dict[int, SequenceResult]) -> QueuedLogits:
@@ -340,7 +361,10 @@ class ModelRunner:
             first, count = row_index[0], len(row_index)
             # ascending, so contiguous when the ends are (decodes): a view, and a small message to workers
             rows = slice(first, first + count) if row_index[-1] - first == count - 1 else row_index
-            queued.logits = self.compute_logits(hidden, rows)
+            if self.greedy_over_shards and all(self._greedy_only(item) for item, _ in owners):
+                queued.greedy = self.compute_greedy(hidden, rows)
+            else:
+                queued.logits = self.compute_logits(hidden, rows)
         return queued
 
     @torch.inference_mode()
@@ -348,9 +372,18 @@ class ModelRunner:
         """Sample the step ``execute_model`` queued; its ``results()`` are the new tokens (and
         logprobs) keyed by ``seq_id``. ``grammar`` masks the guided sequences' rows."""
         queued, self.queued = self.queued, None
+        owners = queued.owners
+        if queued.greedy is not None:
+            if grammar is not None:
+                raise RuntimeError("a guided row's step skipped its logits (ModelRunner._greedy_only)")
+            for item, _ in owners:
+                item.seq.num_pending_tokens += 1
+            tokens, chosen = queued.greedy
+            self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
+            return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners],
+                               tokens, chosen=chosen, top_k=[None] * tokens.shape[0])
         if queued.logits is None:
             return PendingStep(queued.results)
-        owners = queued.owners
         # a row without drafts reads its sequence's own list: the sampling below is done before a
         # later read appends to it, and a copy a row a step would cost O(length) each time
         rows = [SamplingRow(seq, seq.output_token_ids + drafts if drafts else seq.output_token_ids)

@@ -54,11 +54,12 @@ class PendingStep:
     def __init__(self, results: dict[int, SequenceResult], owners: list[SampledRows] = (),
                  tokens: Optional[torch.Tensor] = None, logits: Optional[torch.Tensor] = None,
                  logsumexp: Optional[torch.Tensor] = None, top_k: list[Optional[int]] = (),
-                 num_accepted: Optional[torch.Tensor] = None):
+                 num_accepted: Optional[torch.Tensor] = None, chosen: Optional[torch.Tensor] = None):
         self._results, self._owners, self._top_k = results, list(owners), list(top_k)
         self._copy = None
         if tokens is not None:
-            chosen = logits.gather(-1, tokens[:, None]).squeeze(-1) - logsumexp
+            if chosen is None:  # else the chosen tokens' logprobs came without the logits
+                chosen = logits.gather(-1, tokens[:, None]).squeeze(-1) - logsumexp
             wanted = max((k for k in self._top_k if k is not None), default=None)
             top = []
             if wanted is not None:

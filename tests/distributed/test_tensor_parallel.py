@@ -67,6 +67,33 @@ def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     assert gpus == 2 and gpus * num_parameters(shard) - num_parameters(whole) == extra
 
 
+def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path):
+    """Plain greedy steps skip the logits' all-gather: each rank sends its shard's max, token and
+    log-sum-exp; tokens and logprobs still equal TP=1's. A vocabulary of 255 leaves a padding
+    column in rank 1's shard, which must never win; a row with ``min_tokens`` takes the logits."""
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "vocab_size": 255}))
+    plain = SamplingParams(temperature=0.0, max_tokens=12)
+    edited = SamplingParams(temperature=0.0, max_tokens=12, min_tokens=4)
+    prompts = [{"prompt_token_ids": p} for p in TINY_PROMPTS]
+    single = _tiny(str(tmp_path), 1)
+    expected = _generate(single, prompts, plain) + _generate(single, prompts[:1], edited)
+    del single
+    llm = _tiny(str(tmp_path), 2)
+    driver, calls = llm.engine.runner.runner, []
+    reduce_in_place = driver.compute_greedy
+    driver.compute_greedy = lambda *args: calls.append(1) or reduce_in_place(*args)
+    try:
+        plain_steps = _generate(llm, prompts, plain)
+        in_place = len(calls)
+        actual = plain_steps + _generate(llm, prompts[:1], edited)
+    finally:
+        llm.shutdown()
+    assert in_place > 0 and len(calls) == in_place  # the min_tokens request's steps all took the logits
+    for a, e in zip(actual, expected):
+        assert a.outputs.token_ids == e.outputs.token_ids
+        assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
+
+
 def test_tp2_int4_calibrates_on_every_rank(tiny_llama_dir):
     """Online int4 runs the load-time random-token calibration on every rank (its collectives
     must pair up, or start-up hangs) and each rank fits its own shards. Quantizing shards is not
