@@ -1,4 +1,5 @@
-"""Which JSON-schema keywords xgrammar 0.2.8 enforces as written, approximates or ignores.
+"""Which JSON-schema keywords xgrammar enforces as written, approximates or ignores: probed on
+0.2.8 and 0.2.9, where they differ only in ``pattern`` (below); later 0.2 releases count as 0.2.9.
 
 Found by compiling one-keyword schemas and feeding documents that break only that keyword
 (``tests/test_xgrammar_coverage.py`` keeps those probes), then checked on the maskbench test
@@ -7,19 +8,24 @@ from ``properties`` / ``additionalProperties`` (object) or ``items`` / ``prefixI
 a type-specific keyword in a subschema of no type at all is dropped. Beside ``enum`` / ``const``
 or ``$ref`` the other keywords are dropped too. An ``allOf`` of several schemas is merged
 loosely. A ``oneOf`` whose branches xgrammar cannot prove disjoint becomes ``anyOf``: only
-its compiler knows, and says so in a warning, which the backend captures. A ``pattern`` is
-matched on the raw characters between the quotes, so one whose character class can match a
-raw quote (``[^...]``, ``"``), or that counts ``.`` past 128, may end the string early and
-let the rest of the document through unchecked.
+its compiler knows, and says so in a warning, which the backend captures.
+
+A ``pattern`` runs on the characters between the quotes. xgrammar keeps a class (``.``,
+``[^x]``, ``\\S``, ...) to the characters a JSON string holds as themselves, except under a
+large count, where a raw quote or backslash gets through and may end the string early, letting
+the rest of the document through unchecked: past 128 in one count (0.2.8 only), or past 9090
+nested counts multiplied (``([^x]{1,100}){1,100}``; 0.2.8 and 0.2.9). Both match a quote or
+backslash the pattern names outside a class (``a"b``, ``\\\\``, ``\\u0022``) raw in some places
+(not under ``*`` or ``?``): counted loose wherever it is named.
 """
 
 from __future__ import annotations
 
 import re
+from importlib.metadata import version
 from typing import Any, Optional
 
 from fastllm.structured_output.coverage import Level
-from fastllm_xgrammar.specs import UNESCAPED_CHAR
 
 IGNORED = frozenset(("not", "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedItems",
                      "uniqueItems", "dependentRequired", "dependentSchemas", "dependencies"))
@@ -33,9 +39,13 @@ _TYPED = {
 TYPED = {keyword for keywords in _TYPED.values() for keyword in keywords}
 ASSERTIONS = TYPED | IGNORED | {"type", "properties", "additionalProperties", "items", "prefixItems",
                                 "additionalItems", "allOf", "anyOf", "oneOf"}
-# A pattern xgrammar may let run past the string's closing quote: a class that can match a raw
-# quote (negated, or naming one) or a '.' counted past 128 (only its own rewrite's class is safe).
-_LEAKY_PATTERN = re.compile(r'\[\^|"|\.\{\d*,?\d{3,}\}')
+# How often a class may repeat before xgrammar lets a raw quote or backslash through it: the
+# product of nested counts, in every version; 0.2.8 also each single count (0.2.9 fixed that).
+_NESTED_LIMIT = 9090
+_XGRAMMAR = tuple(int(part) for part in re.findall(r"\d+", version("xgrammar"))[:3])
+_COUNT_LIMIT = 128 if _XGRAMMAR < (0, 2, 9) else _NESTED_LIMIT
+# A pattern's atoms: a class, an escape, a count ({n}, {n,}, {n,m}: its groups), or one character.
+_TOKEN = re.compile(r"\[\^?\]?(?:\\.|[^\]\\])*\]|\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|\\.|\{(\d+)(?:,(\d*))?\}|.", re.S)
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
                dict: "object", type(None): "null"}
 
@@ -75,7 +85,43 @@ def classify(node: dict[str, Any], keyword: str, ref_siblings_apply: bool = True
         return "approximated"
     if keyword in TYPED and not _types(node):
         return "ignored"
-    if keyword == "pattern" and isinstance(node[keyword], str) and _LEAKY_PATTERN.search(
-            node[keyword].replace(UNESCAPED_CHAR, "")):
+    if keyword == "pattern" and isinstance(node[keyword], str) and _lets_raw_quote_through(node[keyword]):
         return "approximated"
     return None
+
+
+def _matches_quote_or_backslash(atom: str) -> bool:
+    """Python's regex syntax stands in for ECMA's here; an atom it cannot read is assumed to."""
+    try:
+        return any(re.fullmatch(atom, char) for char in '"\\')
+    except re.error:
+        return True
+
+
+def _lets_raw_quote_through(pattern: str) -> bool:
+    """Whether xgrammar may match a raw quote or backslash inside the string for ``pattern``
+    (the module docstring says when). Reach: how many times a class that can match one repeats
+    inside an atom, nested counts multiplied (0: no such class)."""
+    groups, last = [0], 0  # the largest reach inside each open group; the last atom's reach
+    for token in _TOKEN.finditer(pattern):
+        text, low, high = token.group(0), token.group(1), token.group(2)
+        if low is not None:
+            bound = int(high or low)
+            if last and bound > _COUNT_LIMIT:
+                return True
+            last *= bound
+        elif text == "(":
+            groups.append(0)
+            last = 0
+        elif text == ")":
+            last = groups.pop() if len(groups) > 1 else 0
+        elif text[0] == "[" or text == "." or text[:2] in ("\\D", "\\S", "\\W", "\\p", "\\P"):
+            last = int(_matches_quote_or_backslash(text))
+        elif text not in "*+?":  # a literal, an anchor or '|'
+            if _matches_quote_or_backslash(text):
+                return True
+            last = 0
+        if last > _NESTED_LIMIT:
+            return True
+        groups[-1] = max(groups[-1], last)
+    return False

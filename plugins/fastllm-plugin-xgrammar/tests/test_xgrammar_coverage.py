@@ -11,6 +11,7 @@ from fastllm.sampling_params import GuidedDecodingParams
 from fastllm.structured_output.coverage import InexactSchema
 from fastllm_xgrammar import backend as backend_module
 from fastllm_xgrammar.backend import XGrammarBackend, compile_error
+from fastllm_xgrammar.coverage import classify
 
 INT_B = {"b": {"type": "integer"}}
 
@@ -39,7 +40,7 @@ LOOSE = [
     ({"minLength": 3}, '"a"', "minLength", ""),
     ({"type": "string", "enum": ["a", 1]}, "1", "type", ""),
     ({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "minimum": 3}, "1", "minimum", ""),
-    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^[^x]{1,300}$"}, **INT_B}},
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^[^x]{1,10000}$"}, **INT_B}},
      '{"a": "y", "b": "j"}', "pattern", "/properties/a"),
     ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, '"ab"', "oneOf", ""),
 ]
@@ -68,6 +69,39 @@ EXACT = [
 @pytest.mark.parametrize("schema, text", EXACT)
 def test_what_it_enforces_compiles_strictly_and_is_enforced(backend, schema, text):
     assert not accepts(backend, schema, text, strict=True)
+
+
+# (pattern, a string it matches only where a raw quote or backslash counts as one of its characters);
+# which are loose depends on the installed xgrammar: the classifier must say so on each version
+LONG = "y" * 127
+PATTERNS = [
+    ("^[^x]{1,300}$", 'y", "b": "j'),  # loose on 0.2.8 only: one count past 128
+    ("^.{1,129}$", 'y"y'),
+    ("^[^x]{129}$", LONG + '"y'),
+    ("^[^x]{129,}$", LONG + '"y'),
+    ("^\\S{1,300}$", 'y"y'),
+    ("^([^x]{1,2}){1,129}$", 'y"y'),
+    ('^[^"]{1,300}$', "y\\q"),
+    ("^[^x]{1,9090}$", 'y"y'),
+    ("^[^x]{1,128}$", 'y"y'),  # enforced by both
+    ("^[^x]{128}$", LONG[1:] + '"y'),
+    ("^[^x]+$", 'y"y'),
+    ('^[^"\\\\]{1,300}$', 'y"y'),
+    ("^([a-z]{1,100}){1,100}[^x]$", 'y"'),
+    ("^[^x]{1,100}y[^x]{1,100}$", 'y"yyy'),
+    ("^[^x]{1,9091}$", 'y"y'),  # loose on both: past 9090 ...
+    ("^([^x]{1,100}){1,91}$", 'y"y'),  # ... nested counts multiplied
+    ('^a"b$', 'a"b'),  # a quote or backslash named outside a class
+    ("^a\\\\q$", "a\\q"),
+    ("^a\\u0022b$", 'a"b'),
+]
+
+
+@pytest.mark.parametrize("pattern, content", PATTERNS)
+def test_a_pattern_is_called_loose_exactly_when_a_raw_quote_gets_through(backend, pattern, content):
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}, **INT_B}}
+    loose = accepts(backend, schema, '{"a": "' + content + '"}', strict=False)
+    assert loose == (classify(schema["properties"]["a"], "pattern") == "approximated")
 
 
 def test_a_rewrite_it_cannot_compile_falls_back_to_the_schema_as_written(backend, monkeypatch):
