@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from itertools import accumulate
 from typing import Optional
 
 import torch
@@ -47,9 +48,9 @@ def row_chunks(tokens: int, max_chunks: int) -> list[slice]:
     while count > 2 and tokens // (2 * (count - 1)) < CHUNK_ROWS:
         count -= 1
     weights = [1] + [2] * (count - 2) + [1] if count > 2 else [1] * count
-    ends = [sum(weights[:i + 1]) for i in range(count)]
+    ends = list(accumulate(weights))
     bounds = [0] + [round(tokens * end / ends[-1] / ROW_ALIGN) * ROW_ALIGN for end in ends[:-1]] + [tokens]
-    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:]) if stop > start]
+    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
 
 
 class CopyEngineSums:

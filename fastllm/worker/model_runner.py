@@ -379,9 +379,7 @@ class ModelRunner:
             for item, _ in owners:
                 item.seq.num_pending_tokens += 1
             tokens, chosen = queued.greedy
-            self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
-            return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners],
-                               tokens, chosen=chosen, top_k=[None] * tokens.shape[0])
+            return self._one_token_a_row(queued, tokens, chosen=chosen, top_k=[None] * tokens.shape[0])
         if queued.logits is None:
             return PendingStep(queued.results)
         # a row without drafts reads its sequence's own list: the sampling below is done before a
@@ -395,14 +393,20 @@ class ModelRunner:
             item.seq.num_pending_tokens += 1
         tokens = self.sampler.sample(dist, batch)
         if not any(item.num_draft_tokens for item, _ in owners):
-            self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
-            return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners],
-                               tokens, dist.logits, dist.logsumexp, top_k)
+            return self._one_token_a_row(queued, tokens, logits=dist.logits, logsumexp=dist.logsumexp, top_k=top_k)
         self.last_sampled = None
         num_accepted = verify_drafts(tokens, [DraftGroup(start, item.draft_token_ids) for item, start in owners])
         return PendingStep(queued.results, [SampledRows(item.seq, start, group)
                                             for group, (item, start) in enumerate(owners)],
                            tokens, dist.logits, dist.logsumexp, top_k, num_accepted)
+
+    def _one_token_a_row(self, queued: QueuedLogits, tokens: torch.Tensor, **logprobs: Any) -> PendingStep:
+        """A step without drafts; its tokens also feed the next step on the device (``last_sampled``).
+        ``logprobs``: ``PendingStep``'s sources of the rows' logprobs."""
+        owners = queued.owners
+        self.last_sampled = SampledTokens(tokens, {item.seq.seq_id: start for item, start in owners})
+        return PendingStep(queued.results, [SampledRows(item.seq, start) for item, start in owners], tokens,
+                           **logprobs)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, inputs: ModelInputs,
                          results: dict[int, SequenceResult]) -> None:
