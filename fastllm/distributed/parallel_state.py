@@ -201,16 +201,22 @@ def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
-def greedy_over_shards(best: torch.Tensor, token: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The vocabulary's argmax (int64) and its logprob per row, from every tensor-parallel rank's
-    shard: its max logit ``best``, that token's id ``token`` and its log-sum-exp ``lse`` (float32).
-    Ties go to the lowest token id, as one argmax over the whole vocabulary would have it."""
+def gather_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    """Every tensor-parallel rank's ``x`` in rank order, ``[ranks, *x.shape]``: one collective into
+    one tensor (an all-gather into a list copies each part out again)."""
     if tp_size() == 1:
-        return token, best - lse
-    stats = torch.stack([best, token.float(), lse])  # token ids below 2**24 are exact in float32
-    parts = [torch.empty_like(stats) for _ in range(tp_size())]
-    dist.all_gather(parts, stats, group=_layout.tp_group)
-    maxima, tokens, lses = torch.stack(parts, dim=1)  # each [ranks, rows], ranks in vocabulary order
+        return x[None]
+    gathered = x.new_empty((tp_size() * x.shape[0], *x.shape[1:]))
+    dist.all_gather_into_tensor(gathered, x.contiguous(), group=_layout.tp_group)
+    return gathered.view(tp_size(), *x.shape)
+
+
+def greedy_over_shards(gathered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vocabulary's argmax (int64) and its logprob per row from every tensor-parallel rank's
+    ``[3, rows]`` stats of its shard, ``[ranks, 3, rows]`` (``gather_over_ranks``): its max logit,
+    that token's id (float32: ids below 2**24 are exact) and its log-sum-exp. Ties go to the lowest
+    token id, as one argmax over the whole vocabulary would have it."""
+    maxima, tokens, lses = gathered.unbind(1)  # each [ranks, rows], ranks in vocabulary order
     winner = maxima.argmax(dim=0, keepdim=True)  # the first rank among equal maxima
     return tokens.gather(0, winner).squeeze(0).long(), maxima.gather(0, winner).squeeze(0) - lses.logsumexp(dim=0)
 

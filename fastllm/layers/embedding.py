@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastllm.distributed.parallel_state import all_gather_last_dim, all_reduce, greedy_over_shards, tp_rank, tp_size
+from fastllm.distributed.parallel_state import (all_gather_last_dim, all_reduce, gather_over_ranks, greedy_over_shards,
+                                                tp_rank, tp_size)
 from fastllm.layers.fused import current_kernels
 
 
@@ -56,13 +57,15 @@ class ParallelLMHead(VocabParallelEmbedding):
     def greedy(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's argmax over the whole vocabulary (int64) and its logprob (float32), the
         ranks exchanging three numbers a row of their shards instead of the logits."""
-        local = self._local_logits(hidden)[:, : self.vocab_size - self.start].float()  # no padding columns
-        if self.kernels is not None:
-            lse, token = self.kernels.logsumexp_argmax(local)
-        else:
-            lse, token = local.logsumexp(dim=-1), local.argmax(dim=-1)
-        best = local.gather(-1, token[:, None]).squeeze(-1)
-        return greedy_over_shards(best, token + self.start, lse)
+        local = self._local_logits(hidden)
+        vocab = min(local.shape[-1], self.vocab_size - self.start)  # no padding columns
+        if self.kernels is not None:  # two launches on the shard as it is, one to combine
+            stats = self.kernels.greedy_stats(local, vocab, self.start)
+            return self.kernels.combine_greedy_stats(gather_over_ranks(stats))
+        local = local[:, :vocab].float()
+        lse, token = local.logsumexp(dim=-1), local.argmax(dim=-1)
+        stats = torch.stack([local.gather(-1, token[:, None]).squeeze(-1), (token + self.start).float(), lse])
+        return greedy_over_shards(gather_over_ranks(stats))
 
     def _local_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the logits (padding columns included)."""

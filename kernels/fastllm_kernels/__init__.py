@@ -12,13 +12,15 @@ from fastllm_kernels.moe_routing import bfloat16_terms, float32_router_logits, t
 from fastllm_kernels.lora import lora_expand, lora_expand_tokens, lora_shrink, lora_shrink_tokens, lora_tiles
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
-from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p
+from fastllm_kernels.sampling import combine_greedy_stats, greedy_stats, logsumexp_argmax, sample_top_k_top_p
 
 __all__ = [
     "bfloat16_terms",
+    "combine_greedy_stats",
     "float32_router_logits",
     "fused_add_rms_norm",
     "fused_experts",
+    "greedy_stats",
     "linear",
     "logsumexp_argmax",
     "lora_expand",

@@ -20,8 +20,9 @@ import torch
 
 from fastllm_kernels.device import multiprocessors
 from fastllm_kernels.host_math import cdiv, next_power_of_2
-from fastllm_kernels.sampling_kernels import (_compact_or_race_kernel, _finish_kernel, _histogram_kernel,
-                                              _logsumexp_argmax_kernel, _stats_kernel)
+from fastllm_kernels.sampling_kernels import (_combine_greedy_kernel, _compact_or_race_kernel, _finish_kernel,
+                                              _greedy_stats_kernel, _histogram_kernel, _logsumexp_argmax_kernel,
+                                              _stats_kernel)
 
 _BLOCK = 1024
 _MIN_SLICE_TOKENS = 4096
@@ -33,25 +34,24 @@ _CAPACITY = 8192
 _GREEDY_BELOW = 1e-5
 
 
-def _default_num_slices(logits: torch.Tensor) -> int:
+def _default_num_slices(logits: torch.Tensor, vocab: int) -> int:
     """About eight programs per multiprocessor, no slice under 4096 tokens."""
-    batch, vocab = logits.shape
-    device = logits.device
-    num_sms = multiprocessors(device) if logits.is_cuda else 4
-    return max(1, min(cdiv(8 * num_sms, batch), cdiv(vocab, _MIN_SLICE_TOKENS)))
+    num_sms = multiprocessors(logits.device) if logits.is_cuda else 4
+    return max(1, min(cdiv(8 * num_sms, logits.shape[0]), cdiv(vocab, _MIN_SLICE_TOKENS)))
 
 
-def _slices(logits: torch.Tensor, num_slices: Optional[int]) -> tuple[int, int]:
-    """(programs a row, tokens a program): whole loop blocks, no program without tokens."""
-    num_slices = num_slices or _default_num_slices(logits)
-    slice_len = cdiv(cdiv(logits.shape[1], num_slices), _BLOCK) * _BLOCK
-    return cdiv(logits.shape[1], slice_len), slice_len
+def _slices(logits: torch.Tensor, vocab: int, num_slices: Optional[int]) -> tuple[int, int]:
+    """(programs a row, tokens a program) over the first ``vocab`` columns: whole loop blocks, no
+    program without tokens."""
+    num_slices = num_slices or _default_num_slices(logits, vocab)
+    slice_len = cdiv(cdiv(vocab, num_slices), _BLOCK) * _BLOCK
+    return cdiv(vocab, slice_len), slice_len
 
 
-def _slices_pad(logits: torch.Tensor, num_slices: int) -> int:
+def _slices_pad(vocab: int, num_slices: int) -> int:
     """The constexpr pad of the slice count: set by the vocabulary, not the batch, so that no
     batch size compiles a variant of its own mid-run."""
-    return next_power_of_2(max(num_slices, cdiv(logits.shape[1], _MIN_SLICE_TOKENS)))
+    return next_power_of_2(max(num_slices, cdiv(vocab, _MIN_SLICE_TOKENS)))
 
 
 def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,14 +65,51 @@ def logsumexp_argmax(logits: torch.Tensor, *, num_slices: Optional[int] = None) 
     tokens = torch.empty(batch, dtype=torch.int64, device=logits.device)
     if batch == 0:
         return lse, tokens
-    num_slices, slice_len = _slices(logits, num_slices)
-    stats = logits.new_empty((batch, num_slices, 4))
+    stats, argmax, num_slices = _slice_stats(logits, vocab, num_slices)
+    _logsumexp_argmax_kernel[(batch,)](stats, argmax, lse, tokens, num_slices=num_slices,
+                                       SLICES_PAD=_slices_pad(vocab, num_slices), num_warps=1)
+    return lse, tokens
+
+
+def greedy_stats(logits: torch.Tensor, vocab: int, offset: int) -> torch.Tensor:
+    """``[3, B]`` float32: each row's max over the first ``vocab`` columns of ``logits [B, >= vocab]``
+    (float32 or 16-bit, read in place), that token's id plus ``offset``, and the log-sum-exp; a
+    tensor-parallel rank's share of a greedy token, its vocabulary shard's logits (padding columns
+    past ``vocab``) reduced where they are (``combine_greedy_stats`` takes every rank's)."""
+    batch = logits.shape[0]
+    assert logits.stride(-1) == 1 and 0 < vocab <= logits.shape[1]
+    out = torch.empty((3, batch), dtype=torch.float32, device=logits.device)
+    if batch:
+        stats, argmax, num_slices = _slice_stats(logits, vocab, None)
+        _greedy_stats_kernel[(batch,)](stats, argmax, out, batch, offset, num_slices,
+                                       SLICES_PAD=_slices_pad(vocab, num_slices), num_warps=1)
+    return out
+
+
+def combine_greedy_stats(gathered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From every rank's ``greedy_stats`` in vocabulary order, ``[ranks, 3, B]`` (contiguous): each
+    row's argmax over the whole vocabulary (int64, the lowest id among equal maxima) and its
+    logprob (float32)."""
+    ranks, _, batch = gathered.shape
+    tokens = torch.empty(batch, dtype=torch.int64, device=gathered.device)
+    logprobs = torch.empty(batch, dtype=torch.float32, device=gathered.device)
+    if batch:
+        _combine_greedy_kernel[(cdiv(batch, 128),)](gathered, tokens, logprobs, batch, RANKS=ranks, BLOCK=128,
+                                                    num_warps=4)
+    return tokens, logprobs
+
+
+def _slice_stats(logits: torch.Tensor, vocab: int,
+                 num_slices: Optional[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every (row, vocabulary slice)'s max, softmax sum about it and first argmax (``_row_stats``
+    combines them), over the first ``vocab`` columns of the logits themselves."""
+    batch = logits.shape[0]
+    num_slices, slice_len = _slices(logits, vocab, num_slices)
+    stats = torch.empty((batch, num_slices, 4), dtype=torch.float32, device=logits.device)
     argmax = torch.empty((batch, num_slices), dtype=torch.int32, device=logits.device)
     _stats_kernel[(batch, num_slices)](logits, logits, logits, logits, stats, argmax, logits.stride(0), vocab,
                                        slice_len, _GREEDY_BELOW, BLOCK=_BLOCK, SCALED=False, num_warps=8)
-    _logsumexp_argmax_kernel[(batch,)](stats, argmax, lse, tokens, num_slices=num_slices,
-                                       SLICES_PAD=_slices_pad(logits, num_slices), num_warps=1)
-    return lse, tokens
+    return stats, argmax, num_slices
 
 
 def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -91,7 +128,7 @@ def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     tokens = torch.empty(batch, dtype=torch.int64, device=logits.device)
     if batch == 0:
         return tokens
-    num_slices, slice_len = _slices(logits, num_slices)
+    num_slices, slice_len = _slices(logits, vocab, num_slices)
     settings = (temperature.to(torch.float32), top_k.to(torch.int32), top_p.to(torch.float32))
     randomness = (seeds.to(torch.int64), offsets.to(torch.int64))
     empty = logits.new_empty
@@ -101,7 +138,7 @@ def sample_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     buffer_z, buffer_token = empty((batch, _CAPACITY)), empty((batch, _CAPACITY), dtype=torch.int32)
     race, race_token = empty((batch, num_slices)), empty((batch, num_slices), dtype=torch.int32)
     grid = (batch, num_slices)
-    shared = dict(num_slices=num_slices, SLICES_PAD=_slices_pad(logits, num_slices),
+    shared = dict(num_slices=num_slices, SLICES_PAD=_slices_pad(vocab, num_slices),
                   NUM_BINS=_NUM_BINS)
 
     _stats_kernel[grid](logits, *settings, stats, argmax, logits.stride(0), vocab, slice_len,

@@ -206,7 +206,7 @@ def _stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, stats_ptr, 
     lane_finite = tl.zeros([BLOCK], tl.int32)
     for chunk in range(start, end, BLOCK):
         cols = chunk + tl.arange(0, BLOCK)
-        z = tl.load(row_ptr + cols, mask=cols < end, other=float("-inf")) * inv_t
+        z = tl.load(row_ptr + cols, mask=cols < end, other=float("-inf")).to(tl.float32) * inv_t
         lane_arg = tl.where(z > lane_max, cols, lane_arg)
         new_max = tl.maximum(lane_max, z)
         ref = tl.where(new_max == float("-inf"), 0.0, new_max)
@@ -232,6 +232,47 @@ def _logsumexp_argmax_kernel(stats_ptr, argmax_ptr, lse_ptr, tokens_ptr, num_sli
     row_max, row_arg, row_sum, _, _ = _row_stats(stats_ptr, argmax_ptr, row, num_slices, SLICES_PAD)
     tl.store(lse_ptr + row, tl.where(row_sum > 0, row_max + tl.log(row_sum), float("-inf")))
     tl.store(tokens_ptr + row, tl.where(row_sum > 0, row_arg, 0).to(tl.int64))
+
+
+@triton.jit(do_not_specialize=["rows", "offset", "num_slices"])  # one variant whatever the batch
+def _greedy_stats_kernel(stats_ptr, argmax_ptr, out_ptr, rows, offset, num_slices, SLICES_PAD: tl.constexpr):
+    """Per row, from the slices' stats: its max logit, that token's id plus ``offset`` (float32)
+    and the log-sum-exp, at ``out[0 | 1 | 2, row]``."""
+    row = tl.program_id(0)
+    row_max, row_arg, row_sum, _, _ = _row_stats(stats_ptr, argmax_ptr, row, num_slices, SLICES_PAD)
+    tl.store(out_ptr + row, row_max)
+    tl.store(out_ptr + rows + row, (tl.where(row_sum > 0, row_arg, 0) + offset).to(tl.float32))
+    tl.store(out_ptr + 2 * rows + row, tl.where(row_sum > 0, row_max + tl.log(row_sum), float("-inf")))
+
+
+@triton.jit(do_not_specialize=["rows"])
+def _combine_greedy_kernel(gathered_ptr, tokens_ptr, logprobs_ptr, rows, RANKS: tl.constexpr, BLOCK: tl.constexpr):
+    """Per row, over the ranks' ``[3, rows]`` stats in vocabulary order: the token of the first
+    rank among equal maxima, and its logit less the log-sum-exp over every rank."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < rows
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    token = tl.zeros([BLOCK], tl.float32)
+    lse_max = tl.full([BLOCK], float("-inf"), tl.float32)
+    lse_sum = tl.zeros([BLOCK], tl.float32)
+    for rank in tl.static_range(RANKS):
+        base = gathered_ptr + rank * 3 * rows
+        rank_max = tl.load(base + offs, mask=mask, other=float("-inf"))
+        rank_lse = tl.load(base + 2 * rows + offs, mask=mask, other=float("-inf"))
+        if rank == 0:
+            token = tl.load(base + rows + offs, mask=mask, other=0.0)
+            best = rank_max
+        else:
+            wins = rank_max > best  # strictly: a tie stays with the lower ids
+            token = tl.where(wins, tl.load(base + rows + offs, mask=mask, other=0.0), token)
+            best = tl.where(wins, rank_max, best)
+        new_max = tl.maximum(lse_max, rank_lse)
+        ref = tl.where(new_max == float("-inf"), 0.0, new_max)
+        lse_sum = lse_sum * tl.exp(lse_max - ref) + tl.exp(rank_lse - ref)
+        lse_max = new_max
+    lse = tl.where(lse_sum > 0, lse_max + tl.log(lse_sum), float("-inf"))
+    tl.store(tokens_ptr + offs, token.to(tl.int64), mask=mask)
+    tl.store(logprobs_ptr + offs, best - lse, mask=mask)
 
 
 @triton.jit(do_not_specialize=["num_slices"])  # one variant whatever the batch

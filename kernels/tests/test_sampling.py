@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from fastllm_kernels import sampling
-from fastllm_kernels.sampling import logsumexp_argmax, sample_top_k_top_p, top_k_top_p_probs_ref
-from kernel_testing import DEVICE
+from fastllm_kernels.sampling import (combine_greedy_stats, greedy_stats, logsumexp_argmax, sample_top_k_top_p,
+                                      top_k_top_p_probs_ref)
+from kernel_testing import DEVICE, DTYPES
 from philox_noise import exponential_noise
 
 
@@ -40,6 +41,45 @@ def test_logsumexp_argmax_match_torch(num_slices):
     lse, tokens = logsumexp_argmax(logits, num_slices=num_slices)
     assert tokens.tolist() == logits.argmax(dim=-1).tolist() and tokens[1] == 700
     assert torch.allclose(lse, logits.double().logsumexp(dim=-1).float(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_greedy_stats_read_the_shard_in_place(dtype):
+    """A vocabulary shard's logits as the LM head leaves them (16-bit, padding columns past the
+    vocabulary holding the largest values): max, token id plus the shard's offset, log-sum-exp,
+    all over the real columns only, against float64."""
+    logits = (4 * torch.randn(4, 5000, device=DEVICE)).to(dtype)
+    logits[:, 4600:] = 100.0  # padding: must never win nor count
+    logits[1, 4000] = logits[1, 900] = 60.0  # a tie across slices: the first index wins
+    logits[2, :4600] = float("-inf")
+    real = logits[:, :4600].double()
+
+    stats = greedy_stats(logits, 4600, 10_000)
+
+    assert stats.shape == (3, 4) and stats.dtype == torch.float32
+    assert stats[1].long().tolist() == (real.argmax(dim=-1) + 10_000).tolist() and stats[1, 1] == 10_900
+    assert torch.equal(stats[0], real.max(dim=-1).values.float())
+    assert torch.allclose(stats[2], real.logsumexp(dim=-1).float(), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_combined_greedy_stats_equal_one_argmax_over_the_vocabulary(ranks):
+    """Every rank's ``greedy_stats`` of its shard, combined: the argmax and its logprob over the
+    whole vocabulary; equal maxima in two shards go to the lower ids, as one argmax would."""
+    vocab = 700 * ranks
+    logits = 3 * torch.randn(300, vocab, device=DEVICE)  # more rows than one program's block
+    logits[0, vocab - 1] = logits[0, 0] = 40.0
+    logits[1, :] = float("-inf")
+    logits[1, vocab - 5] = 2.0
+    shards = logits.split(700, dim=-1)
+    gathered = torch.stack([greedy_stats(shard, 700, 700 * rank) for rank, shard in enumerate(shards)])
+
+    tokens, logprobs = combine_greedy_stats(gathered)
+
+    reference = logits.double()
+    assert tokens.tolist() == reference.argmax(dim=-1).tolist() and tokens[0] == 0
+    expected = reference.max(dim=-1).values - reference.logsumexp(dim=-1)
+    assert torch.allclose(logprobs.double(), expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("num_slices,capacity", [(1, None), (3, None), (2, 64)])
