@@ -67,7 +67,8 @@ def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     assert gpus == 2 and gpus * num_parameters(shard) - num_parameters(whole) == extra
 
 
-def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path):
+@pytest.mark.parametrize("triton_ops", ["0", "1"])  # torch's reduction, then the kernels' (interpreted)
+def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path, monkeypatch, triton_ops):
     """Plain greedy steps skip the logits' all-gather: each rank sends its shard's max, token and
     log-sum-exp; tokens and logprobs still equal TP=1's. A vocabulary of 255 leaves a padding
     column in rank 1's shard, which must never win; a row with ``min_tokens`` takes the logits."""
@@ -78,6 +79,7 @@ def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path):
     single = _tiny(str(tmp_path), 1)
     expected = _generate(single, prompts, plain) + _generate(single, prompts[:1], edited)
     del single
+    monkeypatch.setenv("FASTLLM_TRITON_OPS", triton_ops)  # the workers inherit it
     llm = _tiny(str(tmp_path), 2)
     driver, calls = llm.engine.runner.runner, []
     reduce_in_place = driver.compute_greedy
