@@ -169,6 +169,21 @@ def exchanged_partials(x: torch.Tensor) -> Optional[torch.Tensor]:
     return None if sums is None else sums.exchange(x)
 
 
+def sequence_parallel_sums() -> Optional["CopyEngineSums"]:
+    """This step's copy-engine sums where they run sequence parallel (a norm then works on this
+    rank's rows only and gathers its output: ``platforms.copy_engine_sums``); None otherwise."""
+    sums = _large_sums
+    return sums if sums is not None and sums.sequence_parallel else None
+
+
+def settled(x: torch.Tensor) -> torch.Tensor:
+    """``x`` whole: where a sequence-parallel norm's rows of it are still being gathered, the
+    current stream's next work waits for them. Any consumer of a norm's output other than a
+    column-parallel linear layer (which computes on the rows already here first) calls it."""
+    sums = _large_sums
+    return x if sums is None else sums.settle(x)
+
+
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the tensor-parallel ranks (in ``x`` or a new tensor: use the result)."""
     if tp_size() > 1:

@@ -57,7 +57,9 @@ class InputProcessor:
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if not prompt_token_ids:
             raise RequestError("the prompt is empty")
-        if any(type(t) is not int or not 0 <= t < self.vocab_size for t in prompt_token_ids):
+        # set/min/max run in C: a per-token generator cost ~0.1 ms a 1,000-token prompt
+        if (set(map(type, prompt_token_ids)) != {int} or min(prompt_token_ids) < 0
+                or max(prompt_token_ids) >= self.vocab_size):
             raise RequestError(f"prompt token ids must be integers in [0, {self.vocab_size})")
         for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias)):
             if any(not 0 <= t < self.vocab_size for t in ids):

@@ -8,7 +8,8 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from fastllm.distributed.parallel_state import all_reduce, all_reduce_add_rms_norm, exchanged_partials, tp_size
+from fastllm.distributed.parallel_state import (all_reduce, all_reduce_add_rms_norm, exchanged_partials,
+                                                sequence_parallel_sums, tp_size)
 from fastllm.layers.fused import current_kernels
 
 
@@ -30,6 +31,10 @@ class RMSNorm(nn.Module):
         """Without ``residual``: norm(x). With it: (norm(x + residual), x + residual); ``x`` may
         then be ``[T, S, hidden]``, S summands a row (an MoE block's expert rows), added first."""
         if self.sums_partials and tp_size() > 1:
+            sums = sequence_parallel_sums() if residual is not None else None
+            scattered = None if sums is None else sums.reduce_scatter(x)
+            if scattered is not None:
+                return self._norm_own_rows(sums, *scattered, residual)
             summands = exchanged_partials(x) if residual is not None else None
             fused = None if residual is None or summands is not None else all_reduce_add_rms_norm(
                 x, residual, self.weight, self.eps)
@@ -47,3 +52,18 @@ class RMSNorm(nn.Module):
             x = x.sum(-2).to(residual.dtype)
         x = x + residual
         return self._norm(x), x
+
+    def _norm_own_rows(self, sums, summands: torch.Tensor, rows: slice, residual: torch.Tensor):
+        """Sequence parallel: add the ranks' partials of this rank's ``rows`` (``summands``) to
+        those rows of ``residual`` (in place) and normalise them into the gather buffer, whose
+        other rows the peers send. Returns the gathered output, still in flight (``settled``),
+        and ``residual``, whose other rows this rank neither updates nor reads again."""
+        out = sums.gather_out(residual.shape[0])
+        own_out, own_residual = out[rows], residual[rows]
+        if self.kernels is not None:
+            self.kernels.fused_add_rms_norm(summands, own_residual, self.weight, self.eps, out=own_out,
+                                            new_residual=own_residual)
+        else:
+            own_residual += summands.sum(-2).to(residual.dtype)
+            own_out.copy_(self._norm(own_residual))
+        return sums.start_gather(out), residual

@@ -62,13 +62,34 @@ class ReplicatedLinear(LinearBase):
 
 
 class ColumnParallelLinear(LinearBase):
-    """Splits output features across ranks; each rank's output is a slice."""
+    """Splits output features across ranks; each rank's output is a slice. An input whose rows a
+    sequence-parallel norm is still gathering (``platforms.copy_engine_sums``) is multiplied in
+    two parts: the rows already here while the others land, then those."""
 
     tp_dim = 0
 
     def __init__(self, input_size: int, output_size: int, bias: bool = False):
         _check_divisible(output_size, "output features")
         super().__init__(input_size, output_size // tp_size(), bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sums = large_sums()
+        here = None if sums is None else sums.rows_in_flight(x)
+        if here is None:
+            return self.product(x, self.bias)
+        out = x.new_empty(x.shape[0], self.output_size)
+        weight = self.weight.t()
+        self._product_into(x[here], weight, out[here])
+        sums.settle(x)
+        for rows in (slice(0, here.start), slice(here.stop, x.shape[0])):
+            if rows.start < rows.stop:
+                self._product_into(x[rows], weight, out[rows])
+        return out
+
+    def _product_into(self, x: torch.Tensor, weight_t: torch.Tensor, out: torch.Tensor) -> None:
+        torch.matmul(x, weight_t, out=out)
+        if self.bias is not None:
+            out += self.bias
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -132,12 +153,13 @@ class RowParallelLinear(LinearBase):
         bias = self.bias if tp_rank() == 0 else None
         sums = None if self.reduce_results or x.dim() != 2 else large_sums()
         out = None if sums is None else sums.partial_out(x.shape[0])
-        if out is not None:  # row chunks into the copy engines' buffer, each sent while the next is computed
-            for rows in sums.chunks(x.shape[0]):
-                torch.matmul(x[rows], self.weight.t(), out=out[rows])
+        if out is not None:  # row pieces into the copy engines' buffer, each sent while the next is computed
+            weight = self.weight.t()
+            for rows, peers in sums.plan(x.shape[0]):
+                torch.matmul(x[rows], weight, out=out[rows])
                 if bias is not None:
                     out[rows] += bias
-                sums.send(rows)
+                sums.send(rows, peers)
             return out
         out = self.product(x, bias)
         return all_reduce(out) if self.reduce_results else out

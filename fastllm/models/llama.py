@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 
 from fastllm.distributed.parallel_state import (all_reduce, is_first_stage, is_last_stage,
-                                                receive_from_previous_stage, send_to_next_stage, stage_layers,
-                                                tp_size)
+                                                receive_from_previous_stage, send_to_next_stage, settled,
+                                                stage_layers, tp_size)
 from fastllm.layers.activation import SiluAndMul
 from fastllm.layers.attention import Attention
 from fastllm.layers.embedding import ParallelLMHead, VocabParallelEmbedding
@@ -120,6 +120,10 @@ class LlamaModel(nn.Module):
                 mlp.leaves_pair_sum = True
         if is_last_stage():
             self.norm.sums_partials = self.last_leaves_sum
+        # every block leaves its sum to the next norm, on one stage: the large steps' norms may work
+        # on each rank's rows only (``platforms.copy_engine_sums``); an MoE block sums whole rows
+        self.sequence_parallel = is_first_stage() and is_last_stage() and all(
+            self.layers[index].leaves_sum for index in self.stage)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -137,7 +141,7 @@ class LlamaModel(nn.Module):
             send_to_next_stage(all_reduce(hidden) if self.last_leaves_sum else hidden, residual)
             return hidden
         hidden, _ = self.norm(hidden, residual)
-        return hidden
+        return settled(hidden)
 
 
 class LlamaForCausalLM(nn.Module):

@@ -14,7 +14,7 @@ from typing import Callable, Literal, Optional
 import torch
 import torch.nn as nn
 
-from fastllm.distributed.parallel_state import all_reduce, tp_rank
+from fastllm.distributed.parallel_state import all_reduce, settled, tp_rank
 from fastllm.layers.linear import LinearBase
 
 # "output": dim 0 follows the layer's output rows (fused shards, column-parallel split).
@@ -144,6 +144,7 @@ class QuantizedLinear(nn.Module, ABC):
         """``x [M, input_size]`` -> ``x W^T [M, output_size]`` in ``x``'s dtype, without bias."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = settled(x)  # a sequence-parallel norm's output, whole
         y = self.apply_weights(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
         row_parallel = self.tp_dim == 1
         if self.bias is not None and (not row_parallel or tp_rank() == 0):

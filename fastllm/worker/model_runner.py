@@ -94,7 +94,9 @@ class ModelRunner:
         self.adapter_batch: Any = None  # this step's adapters, as the adapter manager packed them
         # prefill-sized tensor-parallel steps sum their partials by copy engine (platforms/copy_engine_sums.py)
         self.copy_sums = (copy_engine_sums(tp_group(), self.device, config.max_num_batched_tokens,
-                                           hf_config.hidden_size, dtype) if self._sums_by_copy_apply() else None)
+                                           hf_config.hidden_size, dtype,
+                                           getattr(getattr(self.model, "model", None), "sequence_parallel", False))
+                          if self._sums_by_copy_apply() else None)
         load_weights(loader, config.model, self.model, quantizer, config.quantize_lm_head, self.run_prompts)
         if config.merge_lora:
             registry.only("adapter_managers", "merge_lora").factory.merge(self.model, config.merge_lora)
@@ -174,11 +176,17 @@ class ModelRunner:
         that every kernel variant a step can pick by its size (attention by query length, an MoE
         layer's grouped-GEMM tiles by the tokens an expert gets) is compiled before the first
         request: a first compilation mid-serving stalls the whole batch for a second or more. The
-        blocks written hold no sequence yet, and real ones overwrite a slot before reading it."""
-        for query_len in (2 ** i for i in range(max(1, step_tokens - 1).bit_length())):
-            if 2 + -(-(query_len + 1) // self.block_size) > self.num_blocks:  # block 0 is never used
-                break
-            inputs = self._dummy_inputs([(2, 1), (query_len + 1, query_len)])
+        blocks written hold no sequence yet, and real ones overwrite a slot before reading it.
+        Last, a full step of 16 sequences: sizes that divide by 16 compile other kernel variants,
+        and the largest activations are allocated here, not in the first busy step."""
+        steps = [[(2, 1), (2 ** i + 1, 2 ** i)] for i in range(max(1, step_tokens - 1).bit_length())]
+        if step_tokens > 16:
+            steps.append([(2, 1)] * 15 + [(step_tokens - 14, step_tokens - 15)])
+        for shapes in steps:
+            blocks = sum(-(-context // self.block_size) for context, _ in shapes)
+            if 1 + blocks > self.num_blocks:  # block 0 is never used
+                continue
+            inputs = self._dummy_inputs(shapes)
             self._eager_forward(inputs.input_ids, inputs.positions, inputs.attn_metadata)
 
     @torch.inference_mode()

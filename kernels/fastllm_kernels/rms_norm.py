@@ -76,20 +76,23 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out if x.dim() == 2 else out.view(x.shape)
 
 
-def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                       out: torch.Tensor | None = None,
+                       new_residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(x + residual), x + residual)``; the sum is kept in ``residual.dtype``. ``x``
     may hold one more dimension than ``residual``, its summands (``[rows, S, hidden]`` against
-    ``[rows, hidden]``), added in order in float32 first; the norm is then in ``residual.dtype``."""
+    ``[rows, hidden]``), added in order in float32 first; the norm is then in ``residual.dtype``.
+    ``out`` / ``new_residual``: 2-D row views to write the results into (``residual`` itself may
+    be ``new_residual``: each row is read before it is written)."""
     residual_rows = as_rows(residual)
     if x.dim() == residual.dim() + 1:
         rows = x.reshape(-1, *x.shape[-2:])
         rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-        out = torch.empty_like(residual_rows)
+        out = torch.empty_like(residual_rows) if out is None else out
     else:
         rows = as_rows(x)
-        out = torch.empty_like(rows)
-    new_residual = torch.empty_like(residual_rows)
+        out = torch.empty_like(rows) if out is None else out
+    new_residual = torch.empty_like(residual_rows) if new_residual is None else new_residual
     if rows.shape[0]:
         _launch(rows, residual_rows, weight, eps, out, new_residual)
     if residual.dim() == 2:

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fastllm.distributed.parallel_state import all_reduce, set_layout, sums_by_copy
+from fastllm.distributed.parallel_state import all_reduce, set_layout, settled, sums_by_copy
 from fastllm.layers.layernorm import RMSNorm
 from fastllm.models.llama import LlamaMLP
 from fastllm.platforms import copy_engine_sums
@@ -22,21 +22,34 @@ HIDDEN, INTER, TOKENS, MAX_TOKENS, SUMS = 16, 24, 11, 16, 3
 
 
 class GlooSums(CopyEngineSums):
-    """The same bookkeeping, with plain buffers and an all-gather of the slot for the transport."""
+    """The same bookkeeping, with plain buffers and gloo for the transport: each send is recorded
+    with the rows it copies, and a barrier delivers every rank's recorded sends to their peers."""
 
-    def _buffers(self, group: dist.ProcessGroup, device: torch.device) -> torch.Tensor:
-        self.group, self.sends = group, []
-        return torch.full((2, self.world, self.max_tokens, self.hidden), float("nan"), dtype=self.dtype)
+    def _buffers(self, group: dist.ProcessGroup, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        self.group, self.sends, self.queued = group, [], []
+        return (torch.full((2, self.world, self.max_tokens, self.hidden), float("nan"), dtype=self.dtype),
+                torch.full((2, self.max_tokens, self.hidden), float("nan"), dtype=self.dtype))
 
-    def _send(self, parity: int, rows: slice) -> None:
-        self.sends.append((parity, rows.start, rows.stop))
+    def _send(self, parity: int, rows: slice, peers: tuple[int, ...]) -> None:
+        self.sends.append(("sum", parity, rows.start, rows.stop, peers))
+        self.queued.append(("sum", parity, rows, peers, self.buffer[parity, self.rank, rows].clone()))
 
-    def _arrive(self, parity: int, tokens: int) -> None:
-        slots = list(self.buffer[parity, :, :tokens].unbind(0))
-        gathered = [torch.empty_like(slot) for slot in slots]
-        dist.all_gather(gathered, slots[self.rank].clone(), group=self.group)
-        for slot, received in zip(slots, gathered):
-            slot.copy_(received)
+    def _send_gathered(self, parity: int, rows: slice) -> None:
+        self.sends.append(("gather", parity, rows.start, rows.stop, self.peers))
+        self.queued.append(("gather", parity, rows, self.peers, self.gathered[parity, rows].clone()))
+
+    def _barrier(self) -> None:
+        everyone: list = [None] * self.world
+        dist.all_gather_object(everyone, (self.rank, self.queued), group=self.group)
+        self.queued = []
+        for sender, sends in everyone:
+            for kind, parity, rows, peers, rows_data in sends:
+                if self.rank in peers:
+                    target = self.buffer[parity, sender, rows] if kind == "sum" else self.gathered[parity, rows]
+                    target.copy_(rows_data)
+
+    def _wait_side(self) -> None:
+        pass
 
 
 def _weights() -> tuple[torch.Tensor, ...]:
@@ -96,8 +109,54 @@ def test_chunked_partials_sum_like_one_process(tmp_path):
         torch.testing.assert_close(other_dtype, inputs[0].double() * 3)
         # each MLP sum: three chunks sent by the GEMM, in alternating buffers; then the copied partial whole
         chunks = [(0, 3), (3, 8), (8, 11)]
-        assert sends == [(parity, *rows) for parity in (0, 1, 0) for rows in chunks] + [(1, 0, 11)]
+        peer = (1 - rank,)
+        assert sends == [("sum", parity, *rows, peer) for parity in (0, 1, 0) for rows in chunks] + [
+            ("sum", 1, 0, 11, peer)]
         assert sums_done == SUMS + 1
+
+
+def _sequence_parallel_rank(rank: int, init: str, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        set_layout(2, 1)
+        copy_engine_sums.ROW_ALIGN = 1  # 11 rows: rank 0 owns 0-5, rank 1 owns 6-10
+        _, _, _, _, inputs, residuals = _weights()
+        mlp, norm = _mlp(tp=True)
+        sums = GlooSums(dist.group.WORLD, torch.device("cpu"), MAX_TOKENS, HIDDEN, torch.float32, min_bytes=0)
+        sums.sequence_parallel = True
+        hidden, residual = inputs[0], residuals[0].clone()
+        with torch.inference_mode(), sums_by_copy(sums, TOKENS):
+            for index in range(SUMS):  # each MLP's gate/up takes the last norm's rows while the peer's land
+                partial = mlp(hidden)  # the last one copied out of its slot: the norm copies it back and sends it
+                hidden, residual = norm(partial if index < SUMS - 1 else partial.clone(), residual)
+            assert sums.rows_in_flight(hidden) == sums.blocks(TOKENS)[rank]
+            hidden = settled(hidden)
+        results[rank] = (hidden, residual, sums.sends)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sequence_parallel_norms_sum_like_one_process(tmp_path):
+    """Each norm adds and normalises only its rank's rows and gathers the rest: three MLP + norm
+    blocks in a chain equal one process's, every rank ending with all rows of the output and its
+    own rows of the residual; each rank sent its partials only to the rows' owner (the last
+    partial twice: once by the GEMM, once by the norm that found it outside the slot)."""
+    _, _, _, _, inputs, residuals = _weights()
+    mlp, norm = _mlp(tp=False)
+    hidden, residual = inputs[0], residuals[0]
+    with torch.inference_mode():
+        for _ in range(SUMS):
+            hidden, residual = norm(mlp(hidden), residual)
+    results = mp.Manager().dict()
+    mp.spawn(_sequence_parallel_rank, args=(f"file://{tmp_path}/rendezvous", results), nprocs=2)
+    for rank, own, theirs in ((0, slice(0, 6), (6, 11)), (1, slice(6, 11), (0, 6))):
+        out, new_residual, sends = results[rank]
+        torch.testing.assert_close(out, hidden, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(new_residual[own], residual[own], rtol=1e-5, atol=1e-5)
+        peer, mine = (1 - rank,), (own.start, own.stop)
+        scatter, gather = ("sum", 0, *theirs, peer), ("gather", 0, *mine, peer)
+        assert sends == [scatter, gather, ("sum", 1, *theirs, peer), ("gather", 1, *mine, peer), scatter, scatter,
+                         gather]
 
 
 @pytest.mark.parametrize("tokens, max_chunks, bounds", [

@@ -22,9 +22,15 @@ LENGTHS = [900, 400, 1300, 640, 770, 200]
 PROMPTS = [[(7 * i + 3 * j) % 1000 + 5 for j in range(length)] for i, length in enumerate(LENGTHS + [100] * 8)]
 
 
-def test_copy_engine_sums_match_transformers(tmp_path, monkeypatch):
-    calls, exchange = [], CopyEngineSums.exchange  # rank 0's runner is in this process
-    monkeypatch.setattr(CopyEngineSums, "exchange", lambda self, x: calls.append(x.shape[0]) or exchange(self, x))
+@pytest.mark.parametrize("sequence_parallel", ["1", "0"])
+def test_copy_engine_sums_match_transformers(tmp_path, monkeypatch, sequence_parallel):
+    """Sequence parallel (the default for a dense model): the norms reduce-scatter, normalise their
+    rank's rows and gather them under the next GEMM; "0": every rank sums and normalises all rows."""
+    monkeypatch.setenv("FASTLLM_SEQUENCE_PARALLEL_SUMS", sequence_parallel)
+    calls = []  # rank 0's runner is in this process
+    method = "reduce_scatter" if sequence_parallel == "1" else "exchange"
+    original = getattr(CopyEngineSums, method)
+    monkeypatch.setattr(CopyEngineSums, method, lambda self, x: calls.append(x.shape[0]) or original(self, x))
     path = save_tiny_checkpoint(LlamaConfig(**{**TINY_LLAMA, **SHAPE}), str(tmp_path))
     llm = LLM(path, tensor_parallel_size=2, dtype="float32", max_num_batched_tokens=4096, enforce_eager=True,
               num_gpu_blocks_override=400, block_size=16)
@@ -34,6 +40,6 @@ def test_copy_engine_sums_match_transformers(tmp_path, monkeypatch):
                    for output in llm.generate([{"prompt_token_ids": p} for p in batch], params, use_tqdm=False)]
     finally:
         llm.shutdown()
-    assert max(calls, default=0) > 1024, "no step summed by copy engine"
+    assert max(calls, default=0) > 1024, f"no step summed by copy engine's {method}"
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     assert [o.outputs.token_ids for o in outputs] == [hf_greedy(hf, p, 16) for p in PROMPTS]

@@ -101,10 +101,11 @@ def test_verification_graphs_pad_short_queries_and_keep_greedy_output(tiny_llama
 
 def test_warm_up_runs_every_query_length_class_beside_a_decode(tiny_llama_dir):
     """The CUDA warm-up's steps, run here: a decode plus an extend of each power-of-two length
-    that fits a step of the engine's token budget beside the decode (and the KV pool)."""
+    that fits a step of the engine's token budget beside the decode (and the KV pool), then a
+    full step of 16 sequences where the pool holds it."""
     from fastllm import LLM
 
-    llm = LLM(tiny_llama_dir, load_format="dummy", max_model_len=256, block_size=16, num_gpu_blocks_override=16)
+    llm = LLM(tiny_llama_dir, load_format="dummy", max_model_len=256, block_size=16, num_gpu_blocks_override=32)
     runner, seen = llm.engine.runner.runner, []
     forward = runner._eager_forward
 
@@ -115,7 +116,12 @@ def test_warm_up_runs_every_query_length_class_beside_a_decode(tiny_llama_dir):
     runner._eager_forward = spy
     runner.warm_up(llm.engine.max_num_batched_tokens)
     assert llm.engine.max_num_batched_tokens == 256
-    assert seen == [(2 if n == 1 else 1, [1, n], [2, n + 1]) for n in (1, 2, 4, 8, 16, 32, 64, 128)]
+    full_step = (15, [1] * 15 + [241], [2] * 15 + [242])  # 256 tokens in 1 + 15 + 16 blocks
+    assert seen == [(2 if n == 1 else 1, [1, n], [2, n + 1]) for n in (1, 2, 4, 8, 16, 32, 64, 128)] + [full_step]
+    seen.clear()
+    runner.num_blocks = 31  # the full step no longer fits
+    runner.warm_up(256)
+    assert seen[-1][1] == [1, 128]
     seen.clear()
     runner.warm_up(100)
-    assert [query_lens[1] for _, query_lens, _ in seen] == [1, 2, 4, 8, 16, 32, 64]
+    assert [query_lens[-1] for _, query_lens, _ in seen] == [1, 2, 4, 8, 16, 32, 64, 85]
