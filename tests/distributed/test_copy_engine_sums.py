@@ -10,10 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 import torch.multiprocessing as mp
 
 from fastllm.distributed.parallel_state import all_reduce, set_layout, settled, sums_by_copy
 from fastllm.layers.layernorm import RMSNorm
+from fastllm.layers.linear import ColumnParallelLinear
 from fastllm.models.llama import LlamaMLP
 from fastllm.platforms import copy_engine_sums
 from fastllm.platforms.copy_engine_sums import CopyEngineSums
@@ -130,7 +132,14 @@ def _sequence_parallel_rank(rank: int, init: str, results: dict) -> None:
                 partial = mlp(hidden)  # the last one copied out of its slot: the norm copies it back and sends it
                 hidden, residual = norm(partial if index < SUMS - 1 else partial.clone(), residual)
             assert sums.rows_in_flight(hidden) == sums.blocks(TOKENS)[rank]
+            projection = ColumnParallelLinear(HIDDEN, 6, bias=True)  # with a bias, as Qwen2's qkv_proj
+            gen = torch.Generator().manual_seed(rank)
+            projection.weight.copy_(torch.randn(projection.weight.shape, generator=gen))
+            projection.bias.copy_(torch.randn(projection.bias.shape, generator=gen))
+            projected = projection(hidden)  # this rank's rows, then the peer's once they land
+            assert sums.rows_in_flight(hidden) is None
             hidden = settled(hidden)
+        torch.testing.assert_close(projected, F.linear(hidden, projection.weight, projection.bias))
         results[rank] = (hidden, residual, sums.sends)
     finally:
         dist.destroy_process_group()
