@@ -117,18 +117,18 @@ def test_chunked_partials_sum_like_one_process(tmp_path):
         assert sums_done == SUMS + 1
 
 
-def _sequence_parallel_rank(rank: int, init: str, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+def _sequence_parallel_rank(rank: int, world: int, init: str, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        set_layout(2, 1)
-        copy_engine_sums.ROW_ALIGN = 1  # 11 rows: rank 0 owns 0-5, rank 1 owns 6-10
+        set_layout(world, 1)
+        copy_engine_sums.ROW_ALIGN = 1  # 11 rows: blocks 0-5 / 6-10 at two ranks, 0-3 / 4-6 / 7-10 at three
         _, _, _, _, inputs, residuals = _weights()
         mlp, norm = _mlp(tp=True)
         sums = GlooSums(dist.group.WORLD, torch.device("cpu"), MAX_TOKENS, HIDDEN, torch.float32, min_bytes=0)
         sums.sequence_parallel = True
         hidden, residual = inputs[0], residuals[0].clone()
         with torch.inference_mode(), sums_by_copy(sums, TOKENS):
-            for index in range(SUMS):  # each MLP's gate/up takes the last norm's rows while the peer's land
+            for index in range(SUMS):  # each MLP's gate/up takes the last norm's rows while the peers' land
                 partial = mlp(hidden)  # the last one copied out of its slot: the norm copies it back and sends it
                 hidden, residual = norm(partial if index < SUMS - 1 else partial.clone(), residual)
             assert sums.rows_in_flight(hidden) == sums.blocks(TOKENS)[rank]
@@ -136,7 +136,7 @@ def _sequence_parallel_rank(rank: int, init: str, results: dict) -> None:
             gen = torch.Generator().manual_seed(rank)
             projection.weight.copy_(torch.randn(projection.weight.shape, generator=gen))
             projection.bias.copy_(torch.randn(projection.bias.shape, generator=gen))
-            projected = projection(hidden)  # this rank's rows, then the peer's once they land
+            projected = projection(hidden)  # this rank's rows, then the peers' once they land
             assert sums.rows_in_flight(hidden) is None
             hidden = settled(hidden)
         torch.testing.assert_close(projected, F.linear(hidden, projection.weight, projection.bias))
@@ -145,11 +145,13 @@ def _sequence_parallel_rank(rank: int, init: str, results: dict) -> None:
         dist.destroy_process_group()
 
 
-def test_sequence_parallel_norms_sum_like_one_process(tmp_path):
+@pytest.mark.parametrize("world, bounds", [(2, [0, 6, 11]), (3, [0, 4, 7, 11])])
+def test_sequence_parallel_norms_sum_like_one_process(tmp_path, world, bounds):
     """Each norm adds and normalises only its rank's rows and gathers the rest: three MLP + norm
     blocks in a chain equal one process's, every rank ending with all rows of the output and its
-    own rows of the residual; each rank sent its partials only to the rows' owner (the last
-    partial twice: once by the GEMM, once by the norm that found it outside the slot)."""
+    own rows of the residual; each rank sent each peer only that peer's rows of its partials, the
+    peers' blocks from the next rank round (the last partial twice: once by the GEMM, once by the
+    norm that found it outside the slot), and its own rows of each norm's output to every peer."""
     _, _, _, _, inputs, residuals = _weights()
     mlp, norm = _mlp(tp=False)
     hidden, residual = inputs[0], residuals[0]
@@ -157,15 +159,20 @@ def test_sequence_parallel_norms_sum_like_one_process(tmp_path):
         for _ in range(SUMS):
             hidden, residual = norm(mlp(hidden), residual)
     results = mp.Manager().dict()
-    mp.spawn(_sequence_parallel_rank, args=(f"file://{tmp_path}/rendezvous", results), nprocs=2)
-    for rank, own, theirs in ((0, slice(0, 6), (6, 11)), (1, slice(6, 11), (0, 6))):
+    mp.spawn(_sequence_parallel_rank, args=(world, f"file://{tmp_path}/rendezvous", results), nprocs=world)
+    for rank in range(world):
         out, new_residual, sends = results[rank]
+        own = slice(bounds[rank], bounds[rank + 1])
         torch.testing.assert_close(out, hidden, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(new_residual[own], residual[own], rtol=1e-5, atol=1e-5)
-        peer, mine = (1 - rank,), (own.start, own.stop)
-        scatter, gather = ("sum", 0, *theirs, peer), ("gather", 0, *mine, peer)
-        assert sends == [scatter, gather, ("sum", 1, *theirs, peer), ("gather", 1, *mine, peer), scatter, scatter,
-                         gather]
+        owners = [(rank + step) % world for step in range(1, world)]
+        peers = tuple(peer for peer in range(world) if peer != rank)
+
+        def scatter(parity: int) -> list[tuple]:
+            return [("sum", parity, bounds[owner], bounds[owner + 1], (owner,)) for owner in owners]
+
+        gather = [("gather", parity, own.start, own.stop, peers) for parity in (0, 1)]
+        assert sends == scatter(0) + gather[:1] + scatter(1) + gather[1:] + scatter(0) * 2 + gather[:1]
 
 
 @pytest.mark.parametrize("tokens, max_chunks, bounds", [
