@@ -57,7 +57,7 @@ class InputProcessor:
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if not prompt_token_ids:
             raise RequestError("the prompt is empty")
-        # set/min/max run in C: a per-token generator cost ~0.1 ms a 1,000-token prompt
+        # set, min and max run in C: no Python step per token of a long prompt
         if (set(map(type, prompt_token_ids)) != {int} or min(prompt_token_ids) < 0
                 or max(prompt_token_ids) >= self.vocab_size):
             raise RequestError(f"prompt token ids must be integers in [0, {self.vocab_size})")

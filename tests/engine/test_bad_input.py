@@ -35,10 +35,11 @@ def test_bad_requests_fail_alone(smollm2_llm):
 
 
 def test_bad_token_ids_and_stop_ids(smollm2_llm):
-    outputs = smollm2_llm.generate([[1, 2, 10**9], [504, 3575]], SamplingParams(max_tokens=4, temperature=0),
-                                   use_tqdm=False)
-    assert outputs[0].error_code == 400 and "token ids" in outputs[0].error_msg
-    assert outputs[1].error_code == 200
+    bad = [[1, 2, 10**9], [1, -1], [1, True], [1, 2.0]]  # past the vocabulary, negative, not int
+    outputs = smollm2_llm.generate(bad + [[504, 3575]], SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)
+    for output in outputs[:-1]:
+        assert output.error_code == 400 and "token ids" in output.error_msg
+    assert outputs[-1].error_code == 200
     assert _all_blocks_free(smollm2_llm)
 
 
