@@ -50,6 +50,13 @@ class LinearBase(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.product(x, self.bias)
 
+    def product_into(self, x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor],
+                     out: torch.Tensor) -> None:
+        """``x W^T + bias`` into ``out`` (rows of a larger tensor), ``weight_t`` being ``W^T``."""
+        torch.matmul(x, weight_t, out=out)
+        if bias is not None:
+            out += bias
+
     def product(self, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """``x W^T + bias`` through the platform's kernel (a dependent-launch GEMV at batch 1), or torch."""
         if self.kernels is None:
@@ -79,17 +86,12 @@ class ColumnParallelLinear(LinearBase):
             return self.product(x, self.bias)
         out = x.new_empty(x.shape[0], self.output_size)
         weight = self.weight.t()
-        self._product_into(x[here], weight, out[here])
+        self.product_into(x[here], weight, self.bias, out[here])
         sums.settle(x)
         for rows in (slice(0, here.start), slice(here.stop, x.shape[0])):
             if rows.start < rows.stop:
-                self._product_into(x[rows], weight, out[rows])
+                self.product_into(x[rows], weight, self.bias, out[rows])
         return out
-
-    def _product_into(self, x: torch.Tensor, weight_t: torch.Tensor, out: torch.Tensor) -> None:
-        torch.matmul(x, weight_t, out=out)
-        if self.bias is not None:
-            out += self.bias
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -156,9 +158,7 @@ class RowParallelLinear(LinearBase):
         if out is not None:  # row pieces into the copy engines' buffer, each sent while the next is computed
             weight = self.weight.t()
             for rows, peers in sums.plan(x.shape[0]):
-                torch.matmul(x[rows], weight, out=out[rows])
-                if bias is not None:
-                    out[rows] += bias
+                self.product_into(x[rows], weight, bias, out[rows])
                 sums.send(rows, peers)
             return out
         out = self.product(x, bias)

@@ -81,7 +81,7 @@ class CopyEngineSums:
         self.sent: Optional[str] = None  # the next sum's partial is in the slot, sent to "all" peers or "owners"
         self.sequence_parallel = False  # set by the runner for models that allow it (module docstring)
         self.in_flight: Optional[tuple[int, slice]] = None  # a gathered tensor's address, the rows already here
-        self._plans: dict[tuple[bool, int], list[tuple[slice, tuple[int, ...]]]] = {}
+        self._plans: dict[int, list[tuple[slice, tuple[int, ...]]]] = {}  # by step size (the mode is fixed)
         self._blocks: dict[int, list[slice]] = {}
 
     def applies(self, tokens: int) -> bool:
@@ -106,8 +106,7 @@ class CopyEngineSums:
         """The row pieces a row-parallel GEMM writes in turn, each with the peers it is sent to as
         soon as it is done: row chunks for every peer, or, sequence parallel, the peers' blocks
         (each to its owner), from the next rank round, then this rank's own (sent nowhere)."""
-        key = (self.sequence_parallel, tokens)
-        plan = self._plans.get(key)
+        plan = self._plans.get(tokens)
         if plan is None:
             if self.sequence_parallel:
                 blocks = self.blocks(tokens)
@@ -115,7 +114,7 @@ class CopyEngineSums:
                 plan = [(blocks[owner], () if owner == self.rank else (owner,)) for owner in owners]
             else:
                 plan = [(rows, self.peers) for rows in row_chunks(tokens, self.max_chunks)]
-            self._plans[key] = plan
+            self._plans[tokens] = plan
         return plan
 
     def send(self, rows: slice, peers: tuple[int, ...]) -> None:
@@ -212,18 +211,18 @@ class CopyEngineSums:
         return _split(storage, shape, gathered_shape)
 
     def _send(self, parity: int, rows: slice, peers: tuple[int, ...]) -> None:
-        self.stream.wait_stream(torch.cuda.current_stream(self.buffer.device))
-        source = self.buffer[parity, self.rank, rows]
-        with torch.cuda.stream(self.stream):
-            for peer in peers:
-                self.peer_buffers[peer][parity, self.rank, rows].copy_(source)  # a DMA copy
+        self._copy(self.buffer[parity, self.rank, rows],
+                   [self.peer_buffers[peer][parity, self.rank, rows] for peer in peers])
 
     def _send_gathered(self, parity: int, rows: slice) -> None:
+        self._copy(self.gathered[parity, rows], [self.peer_gathered[peer][parity, rows] for peer in self.peers])
+
+    def _copy(self, source: torch.Tensor, targets: list[torch.Tensor]) -> None:
+        """DMA copies of ``source`` (written by the calling stream's work so far) on the side stream."""
         self.stream.wait_stream(torch.cuda.current_stream(self.buffer.device))
-        source = self.gathered[parity, rows]
         with torch.cuda.stream(self.stream):
-            for peer in self.peers:
-                self.peer_gathered[peer][parity, rows].copy_(source)
+            for target in targets:
+                target.copy_(source)
 
     def _barrier(self) -> None:
         """Queue on the side stream: every rank's copies queued so far have landed."""
