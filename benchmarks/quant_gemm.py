@@ -8,7 +8,7 @@ copies ~3,000 GB/s), and, per format, the four layers' sum times 32 layers: the 
 share of one decode step. ``fp8`` is the W8A16 kernel decode uses, ``fp8_w8a8`` the per-token
 activation quantization + ``torch._scaled_mm`` of large batches. ``--sweep`` times launch
 settings per kernel with the same graphs instead (the data behind ``default_tiling``), on these
-shapes or (``--model``) a bundled config's attention projections and LM head; ``dense`` sweeps the
+shapes or (``--model``) a bundled config's decode GEMVs besides the routed experts; ``dense`` sweeps the
 one-row bf16 kernel.
 Prints a table and writes JSON (``--out``); needs a CUDA GPU.
 
@@ -41,14 +41,21 @@ QUANTIZED = ("int8", "fp8", "int4", "nf4")
 Kernel = Callable[[torch.Tensor, "Tiling | None"], torch.Tensor]
 
 
-def attention_shapes(model: str) -> dict[str, tuple[int, int]]:
-    """The (N, K) of a bundled config's attention projections and LM head: the GEMVs a batch-1
-    decode of an MoE model runs besides its experts (``--model``)."""
+def decode_shapes(model: str) -> dict[str, tuple[int, int]]:
+    """The (N, K) of a bundled config's GEMVs a batch-1 decode of an MoE model runs besides its
+    routed experts (``--model``): attention projections, LM head, and where the config has them
+    the shared experts and the dense MLP before the first MoE layer."""
     config = DummyLoader().load_config(model)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    return {"qkv_proj": ((heads + 2 * kv_heads) * head_dim, config.hidden_size),
-            "o_proj": (config.hidden_size, heads * head_dim), "lm_head": (config.vocab_size, config.hidden_size)}
+    heads, kv_heads, hidden = config.num_attention_heads, config.num_key_value_heads, config.hidden_size
+    shapes = {"qkv_proj": ((heads + 2 * kv_heads) * head_dim, hidden), "o_proj": (hidden, heads * head_dim),
+              "lm_head": (config.vocab_size, hidden)}
+    shared = getattr(config, "moe_num_shared_experts", 0) * getattr(config, "moe_intermediate_size", 0)
+    if shared:
+        shapes.update(shared_gate_up=(2 * shared, hidden), shared_down=(hidden, shared))
+    if getattr(config, "moe_layer_start_index", 0):
+        shapes.update(dense_gate_up=(2 * config.intermediate_size, hidden), dense_down=(hidden, config.intermediate_size))
+    return shapes
 
 
 def weight_copy(name: str, n: int, k: int) -> tuple[Kernel, int]:
@@ -131,6 +138,8 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
                    + [Tiling(8, 2 * lane, 1, 1), Tiling(16, 2 * lane, 1, 2), Tiling(8, 2 * lane, 1, 2, 4)]
                    + [Tiling(8, 2 * lane, 1, 1, split) for split in (2, 4, 8)]
                    + [Tiling(16, 2 * lane, 1, 1), Tiling(8, 4 * lane, 1, 1)])
+        if name == "fp8":  # two-warp programs: twice the bytes in flight a program
+            tilings += [Tiling(bn, 2 * lane, 2, stages) for bn in (8, 16) for stages in (1, 2)]
         if name == "nf4":
             tilings += [Tiling(bn, 1024 * warps, warps, stages) for bn in (8, 16) for warps in (2, 4) for stages in (1, 2)]
         return tilings
@@ -139,7 +148,7 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
 
 def sweep(args: argparse.Namespace) -> None:
     rows = []
-    for layer, (n, k) in (attention_shapes(args.model) if args.model else SHAPES).items():
+    for layer, (n, k) in (decode_shapes(args.model) if args.model else SHAPES).items():
         for name in args.kernels:
             weights = ColdWeights(name, n, k)
             for m in args.batch:

@@ -11,7 +11,9 @@ import triton
 import triton.language as tl
 
 from fastllm_kernels.host_math import next_power_of_2
+from fastllm_kernels.linear import DENSE, gemv_applies
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+from fastllm_kernels.quant.weight_gemm import weight_gemm
 
 
 @triton.jit
@@ -87,8 +89,12 @@ def float32_router_logits(hidden: torch.Tensor, terms: torch.Tensor) -> torch.Te
     weight's ``bfloat16_terms``: one 16-bit GEMM with float32 output, no widened copy of the rows and
     no float32 GEMM. A bfloat16 row widens to float32 exactly and the tensor cores multiply 16-bit
     operands exactly into float32, so the terms' sum (``topk_softmax`` adds them) is the float32
-    product up to the order of the additions. CPU tensors (the interpreter's) take a float32 GEMM."""
-    if hidden.is_cuda:
+    product up to the order of the additions. One row (batch-1 decode) takes the dependent-launch
+    GEMV with float32 output (its FMAs are float32 too) instead of a BLAS call that cannot start
+    before the norm ends. CPU tensors (the interpreter's) take a float32 GEMM."""
+    if gemv_applies(hidden, terms, None):
+        logits = weight_gemm(hidden.reshape(1, -1), terms, None, None, None, DENSE, out_dtype=torch.float32)
+    elif hidden.is_cuda:
         logits = torch.mm(hidden, terms.t(), out_dtype=torch.float32)
     else:
         logits = hidden.float() @ terms.float().t()

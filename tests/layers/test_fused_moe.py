@@ -79,9 +79,10 @@ def test_router_matches_transformers(case):
     assert torch.equal(weights, hf_weights.float())
 
 
-def test_float32_router_on_bfloat16_rows_equals_the_float32_product():
+@pytest.mark.parametrize("rows", [1, 128])
+def test_float32_router_on_bfloat16_rows_equals_the_float32_product(rows):
     """ERNIE's float32 router with the kernels, on bfloat16 rows: the weight's bfloat16 terms (on a
-    GPU one 16-bit GEMM with float32 output), summed by the routing kernel."""
+    GPU one 16-bit GEMM with float32 output, at one row the GEMV), summed by the routing kernel."""
     fastllm_kernels = pytest.importorskip("fastllm_kernels")
     torch.manual_seed(3)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -91,7 +92,7 @@ def test_float32_router_on_bfloat16_rows_equals_the_float32_product():
     weight = torch.randn(E, hidden_size) / 20
     router.weight.weight_loader(router.weight, weight.to(device))
     assert router.weight_terms is not None
-    hidden = torch.randn(128, hidden_size, device=device).to(torch.bfloat16)
+    hidden = torch.randn(rows, hidden_size, device=device).to(torch.bfloat16)
     weights, ids = router(hidden)
     expected = torch.nn.functional.linear(hidden.double(), weight.double().to(device))
     probs = torch.softmax(expected, dim=-1)

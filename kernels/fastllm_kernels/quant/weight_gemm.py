@@ -362,8 +362,10 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
 
 
 def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                codebook: torch.Tensor | None, fmt: WeightFormat, tiling: Tiling | None = None) -> torch.Tensor:
-    """``x [M, K]`` (fp16/bf16/fp32) -> ``[M, N]`` in x's dtype. ``qweight [N, K / codes per byte]``
+                codebook: torch.Tensor | None, fmt: WeightFormat, tiling: Tiling | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x [M, K]`` (fp16/bf16/fp32) -> ``[M, N]`` in ``out_dtype`` (default x's dtype; the sums are
+    float32 whatever it is). ``qweight [N, K / codes per byte]``
     with contiguous rows, K a multiple of 8 (4-bit) or 4 (int8: whole 32-bit words); ``scales``
     ``[N]`` (8-bit) or ``[N, K / group]`` (4-bit), as ``zeros``; dense: ``qweight`` holds the
     float weights, ``scales`` is None."""
@@ -378,7 +380,7 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
         raise ValueError(f"{k} input features do not fill whole 32-bit words")
     x = x.contiguous()
     launch = plan(m, n, k, fmt, tiling, x.dtype, x.device)
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     workspace, counters = scratch(x.device)
     scales = qweight if scales is None else scales
     zeros = scales if zeros is None else zeros

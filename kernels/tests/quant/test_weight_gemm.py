@@ -149,6 +149,18 @@ def test_dense(k, m, split, dtype):
     assert relative_error(out, ref) < TOLERANCE.get(dtype, 1e-2)
 
 
+@pytest.mark.parametrize("split", [1, 3])
+def test_dense_float32_output(split):
+    """16-bit rows and weights, float32 output (ERNIE's float32 router at batch 1): the products are
+    exact and summed in float32, so the result is float32-close, far closer than a 16-bit store."""
+    gen = torch.Generator().manual_seed(11 + split)
+    x = activations(1, 400, torch.float16, gen)
+    w = (torch.randn(37, 400, generator=gen) * 0.05).to(DEVICE, torch.float16)
+    out = run_poisoned(weight_gemm, x, w, None, None, None, DENSE, tiling(1, split, False), torch.float32)
+    assert out.dtype == torch.float32
+    assert relative_error(out, x.double() @ w.double().T) < 1e-6
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="the GEMV path is taken on CUDA only")
 @pytest.mark.parametrize("shape", [(1, 4096), (1, 1, 4096), (2, 4096)])
 def test_linear_matches_blas(shape):
