@@ -19,6 +19,7 @@ and keeps its own rows.
 
 from __future__ import annotations
 
+import functools
 import re
 from types import ModuleType
 from typing import Optional
@@ -119,6 +120,12 @@ def local_routes(topk_weights: torch.Tensor, topk_ids: torch.Tensor,
     local = expert_map[topk_ids]
     elsewhere = local < 0
     return topk_weights.masked_fill(elsewhere, 0.0), local.masked_fill(elsewhere, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one stream a device's shared experts run on beside the routed ones."""
+    return torch.cuda.Stream(device)
 
 
 class TopKRouter(nn.Module):
@@ -237,21 +244,42 @@ class FusedMoE(nn.Module):
         shared experts' output joins the pass that sums the routed rows; over ranks it is added
         after the all-reduce (the shared MLP reduces its own). Where the down GEMM sums the rows
         itself (one pair a block: small decode batches) there is no such pass, and the shared
-        experts run after the routed ones, as batch-1 decode runs fastest."""
-        topk_weights, topk_ids = self.gate(hidden)
-        if self.expert_map is not None:
-            topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
-        if self.shared_experts is not None and tp_size() == 1 and not self._one_pair_a_block(topk_ids):
+        experts run beside the routed ones on a second CUDA stream (one rank: no collective on it),
+        so that the two chains of small, latency-bound launches overlap."""
+        one_pair = self._one_pair_a_block(hidden.shape[0] * self.gate.top_k)
+        if self.shared_experts is not None and tp_size() == 1 and one_pair and hidden.is_cuda:
+            return self._routed_beside_shared(hidden)
+        topk_weights, topk_ids = self._routes(hidden)
+        if self.shared_experts is not None and tp_size() == 1 and not one_pair:
             return self._local_experts(hidden, topk_weights, topk_ids, addend=self.shared_experts(hidden))
         pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
         out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids, pair_rows))
         return out if self.shared_experts is None else out + self.shared_experts(hidden)
 
-    def _one_pair_a_block(self, topk_ids: torch.Tensor) -> bool:
-        """Whether the kernels run these routes one pair a block (their down GEMM sums a token's pairs)."""
+    def _routes(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        topk_weights, topk_ids = self.gate(hidden)
+        if self.expert_map is not None:
+            topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
+        return topk_weights, topk_ids
+
+    def _routed_beside_shared(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The shared experts on the side stream, router and routed experts on this one, joined
+        for the sum (CUDA graphs capture the fork and the join as parallel branches)."""
+        main, side = torch.cuda.current_stream(), _side_stream(hidden.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            shared = self.shared_experts(hidden)
+        hidden.record_stream(side)  # not reused on this stream while the side stream reads it
+        routed = self._local_experts(hidden, *self._routes(hidden))
+        main.wait_stream(side)
+        shared.record_stream(main)
+        return routed + shared
+
+    def _one_pair_a_block(self, pairs: int) -> bool:
+        """Whether the kernels run this many routes one pair a block (their down GEMM sums a token's pairs)."""
         kernels = self.kernels
         return kernels is not None and hasattr(kernels, "one_pair_a_block") and kernels.one_pair_a_block(
-            topk_ids.numel(), self.w13.shape[0])
+            pairs, self.w13.shape[0])
 
     def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                        pair_rows: bool = False, addend: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -79,6 +79,16 @@ def test_triton_kernels_leave_expert_sums_to_the_norms_and_match_hf(tmp_path, mo
     assert any(summands) and not all(summands)  # decodes' MoE outputs, not the prefill's or attention's
 
 
+def test_batch_one_decode_runs_shared_experts_beside_the_routed_and_matches_hf(tmp_path, monkeypatch):
+    """ERNIE's one-sequence decode over 16 experts goes one pair a block with the Triton kernels; on
+    a GPU its shared experts then run on a second stream, captured in the decode graphs."""
+    folder, model = save_tiny_checkpoint("ernie4_5_moe", tmp_path, moe_num_experts=16)
+    expected = hf_greedy(model, PROMPTS[0], MAX_NEW)
+    monkeypatch.setenv("FASTLLM_TRITON_OPS", "1")
+    llm = LLM(folder, dtype="float32", num_gpu_blocks_override=64, block_size=16)
+    assert _tokens(_greedy(llm, PROMPTS[:1])) == [expected]
+
+
 @pytest.mark.parametrize("checkpoint", list(ARCHITECTURES), indirect=True)
 def test_chunked_prefill_preemption_and_prefix_hits_match_hf(checkpoint):
     folder, expected = checkpoint
