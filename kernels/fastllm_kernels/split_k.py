@@ -22,9 +22,16 @@ WORKSPACE_FLOATS = 1 << 22  # fp32 partials of one launch
 TILE_COUNTERS = 1 << 16  # arrival counters: one a tile (or a group of programs that meet)
 
 
-@functools.lru_cache(maxsize=None)
 def scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per device: the partial-sum workspace and the arrival counters (zero between launches)."""
+    """The partial-sum workspace and the arrival counters (zero between launches) of the current
+    stream: launches on one stream follow each other, but kernels on two streams run at once
+    (a MoE block's shared experts beside its routed ones) and must not share them."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    return _scratch(device, stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _scratch(device: torch.device, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
     return (torch.empty(WORKSPACE_FLOATS, dtype=torch.float32, device=device),
             torch.zeros(TILE_COUNTERS, dtype=torch.int32, device=device))
 

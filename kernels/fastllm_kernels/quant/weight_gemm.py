@@ -277,7 +277,9 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
     loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``). Dense 16-bit
     weights: programs of 8 rows, 32 bytes of every row a lane and slice, none ahead (the sweep's
     best on every attention, MLP and LM-head shape of Llama-3-8B, Qwen3-30B-A3B and
-    ERNIE-4.5-21B-A3B, or within 1% of it). nf4 with the
+    ERNIE-4.5-21B-A3B, or within 1% of it). e4m3 up to 4096 inputs: two-warp programs of 8 rows,
+    16 bytes of every row a lane and slice (twice the bytes in flight a program; longer rows
+    keep the one-warp 4-row programs). nf4 with the
     pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes spread
     along K (a slice of 1024 inputs a warp), 8 rows, the next slice loaded ahead (chosen by
     timing whole decodes: one-layer timings did not predict them). More rows: 32 columns, one
@@ -288,6 +290,8 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
             return Tiling(8, 1024 * warps, num_warps=warps, num_stages=2)
         if fmt.dense:
             return Tiling(8, 512, num_warps=1, num_stages=1)
+        if fmt.fp8 and k <= 4096:
+            return Tiling(8, 1024, num_warps=2, num_stages=1)
         ahead = fmt.four_bit and not fmt.nf4
         return Tiling(4, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=2 if ahead else 1)
     return Tiling(32, min(fmt.group, 128) if fmt.four_bit else 128, num_stages=4)
