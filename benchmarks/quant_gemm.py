@@ -153,7 +153,7 @@ def sweep(args: argparse.Namespace) -> None:
             weights = ColdWeights(name, n, k)
             for m in args.batch:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                default = default_tiling(m, k, FORMATS[name], x.dtype, x.device)
+                default = default_tiling(m, n, k, FORMATS[name], x.dtype, x.device)
                 timed = {t: weights.us_per_call(x, t, args.calls, args.replays)
                          for t in dict.fromkeys(sweep_tilings(name, m) + [default])}
                 ranked = sorted(timed, key=timed.get)

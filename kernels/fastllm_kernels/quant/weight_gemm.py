@@ -250,6 +250,7 @@ def _gemm_kernel(
 MIN_DOT_K = 32
 """The tensor-core kernel's narrowest K slice: on the H100 (Triton 3.6), 16-wide fp16 slices of
 4-bit codes made wrong products; groups of 16 are scaled in the weights (two groups a slice)."""
+SMALL_FP8_LAYER = 16 << 20  # e4m3 bytes below which a one-row GEMV takes two-warp programs
 PROGRAMS_PER_SM = {1: 12, 4: 4}  # by num_warps: resident programs that keep enough loads in flight
 
 
@@ -272,14 +273,15 @@ def uses_pair_table(fmt: WeightFormat, x_dtype: torch.dtype, device: torch.devic
     return fmt.nf4 and x_dtype != torch.float32 and compiled_nvidia(device)
 
 
-def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
+def default_tiling(m: int, n: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, device: torch.device) -> Tiling:
     """One row: one-warp programs of 4 rows, 16 bytes of every row a lane and slice; int4
     loads the next slice ahead (chosen by ``benchmarks/quant_gemm.py --sweep``). Dense 16-bit
     weights: programs of 8 rows, 32 bytes of every row a lane and slice, none ahead (the sweep's
     best on every attention, MLP and LM-head shape of Llama-3-8B, Qwen3-30B-A3B and
-    ERNIE-4.5-21B-A3B, or within 1% of it). e4m3 up to 4096 inputs: two-warp programs of 8 rows,
-    16 bytes of every row a lane and slice (twice the bytes in flight a program; longer rows
-    keep the one-warp 4-row programs). nf4 with the
+    ERNIE-4.5-21B-A3B, or within 1% of it). e4m3 layers under 16 MiB (the attention and shared
+    experts of the MoE models): two-warp programs of 8 rows, 16 bytes of every row a lane and
+    slice, twice the bytes in flight a program; larger ones (Llama-3-8B's) keep one-warp programs
+    of 4 rows. nf4 with the
     pair table (K of 2048 or more): programs of 2-4 warps share one table, their lanes spread
     along K (a slice of 1024 inputs a warp), 8 rows, the next slice loaded ahead (chosen by
     timing whole decodes: one-layer timings did not predict them). More rows: 32 columns, one
@@ -290,7 +292,7 @@ def default_tiling(m: int, k: int, fmt: WeightFormat, x_dtype: torch.dtype, devi
             return Tiling(8, 1024 * warps, num_warps=warps, num_stages=2)
         if fmt.dense:
             return Tiling(8, 512, num_warps=1, num_stages=1)
-        if fmt.fp8 and k <= 4096:
+        if fmt.fp8 and n * k < SMALL_FP8_LAYER:
             return Tiling(8, 1024, num_warps=2, num_stages=1)
         ahead = fmt.four_bit and not fmt.nf4
         return Tiling(4, 1024 if fmt.four_bit else 512, num_warps=1, num_stages=2 if ahead else 1)
@@ -333,7 +335,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
          device: torch.device) -> Launch:
     """Slice sizes, K splits and grid of ``[m, k] x [n, k]^T`` in ``fmt`` (cached: a decode step
     asks for the same few shapes over and over)."""
-    tiling = tiling or default_tiling(m, k, fmt, x_dtype, device)
+    tiling = tiling or default_tiling(m, n, k, fmt, x_dtype, device)
     if m == 1:
         lane_k = lane_units(fmt) * (1 if fmt.fp8 or fmt.dense else 8 if fmt.four_bit else 4)
         block_k = max(lane_k, min(tiling.block_k, next_power_of_2(k)))

@@ -163,23 +163,32 @@ def test_dense_float32_output(split):
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="two streams at once need a GPU")
 def test_split_k_on_two_streams_at_once():
-    """Split-K GEMVs issued on two streams without a sync between them (shared experts beside the
-    routed ones): each stream parks its partials and counts arrivals in its own scratch."""
+    """Split-K GEMVs on two branches of one CUDA graph (shared experts beside the routed ones), so
+    that they run at once: each stream parks its partials and counts arrivals in its own scratch."""
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(1, 4096, generator=gen).to(DEVICE, torch.bfloat16)
     weights = [(torch.randn(2048, 4096, generator=gen) * 0.02).to(DEVICE, torch.bfloat16) for _ in range(2)]
     refs = [x.double() @ w.double().T for w in weights]
-    streams = [torch.cuda.Stream() for _ in weights]
-    for stream in streams:
-        stream.wait_stream(torch.cuda.current_stream())
+    tiling = Tiling(8, 256, 1, 1, split_k=8)
+    main, side = torch.cuda.Stream(), torch.cuda.Stream()
     outs: list[list[torch.Tensor]] = [[], []]
-    for _ in range(50):
-        for i, (stream, w) in enumerate(zip(streams, weights)):
-            with torch.cuda.stream(stream):
-                outs[i].append(weight_gemm(x, w, None, None, None, DENSE, Tiling(8, 256, 1, 1, split_k=8)))
-    torch.cuda.synchronize()
-    for ref, results in zip(refs, outs):
-        assert max(relative_error(out, ref) for out in results) < 1e-2
+    graph = torch.cuda.CUDAGraph()
+    for capture in (False, True):  # compile outside the capture, then capture the fork and join
+        outs = [[], []]
+        main.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(graph, stream=main) if capture else torch.cuda.stream(main):
+            side.wait_stream(main)
+            for _ in range(20):
+                outs[0].append(weight_gemm(x, weights[0], None, None, None, DENSE, tiling))
+                with torch.cuda.stream(side):
+                    outs[1].append(weight_gemm(x, weights[1], None, None, None, DENSE, tiling))
+            main.wait_stream(side)
+        torch.cuda.current_stream().wait_stream(main)
+    for _ in range(5):
+        graph.replay()
+        torch.cuda.synchronize()
+        for ref, results in zip(refs, outs):
+            assert max(relative_error(out, ref) for out in results) < 1e-2
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the GEMV path is taken on CUDA only")
