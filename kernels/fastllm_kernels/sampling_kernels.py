@@ -251,8 +251,6 @@ def _combine_greedy_kernel(gathered_ptr, tokens_ptr, logprobs_ptr, rows, RANKS: 
     rank among equal maxima, and its logit less the log-sum-exp over every rank."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < rows
-    best = tl.full([BLOCK], float("-inf"), tl.float32)
-    token = tl.zeros([BLOCK], tl.float32)
     lse_max = tl.full([BLOCK], float("-inf"), tl.float32)
     lse_sum = tl.zeros([BLOCK], tl.float32)
     for rank in tl.static_range(RANKS):
