@@ -19,7 +19,6 @@ and keeps its own rows.
 
 from __future__ import annotations
 
-import functools
 import re
 from types import ModuleType
 from typing import Optional
@@ -34,6 +33,7 @@ from fastllm.distributed.expert_dispatch import all_gather_rows, dispatch_combin
 from fastllm.distributed.parallel_state import (all_reduce, ep_rank, ep_size, experts_over_replicas, tp_group,
                                                 tp_rank, tp_size, use_expert_all_to_all)
 from fastllm.layers.fused import current_kernels
+from fastllm.platforms.side_stream import run_beside
 
 ACTIVATIONS = {"silu": F.silu}
 # HF checkpoints' names of an expert's gate, up and down projections; a model whose checkpoints
@@ -120,12 +120,6 @@ def local_routes(topk_weights: torch.Tensor, topk_ids: torch.Tensor,
     local = expert_map[topk_ids]
     elsewhere = local < 0
     return topk_weights.masked_fill(elsewhere, 0.0), local.masked_fill(elsewhere, 0)
-
-
-@functools.lru_cache(maxsize=None)
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """The one stream a device's shared experts run on beside the routed ones."""
-    return torch.cuda.Stream(device)
 
 
 class TopKRouter(nn.Module):
@@ -244,11 +238,13 @@ class FusedMoE(nn.Module):
         shared experts' output joins the pass that sums the routed rows; over ranks it is added
         after the all-reduce (the shared MLP reduces its own). Where the down GEMM sums the rows
         itself (one pair a block: small decode batches) there is no such pass, and the shared
-        experts run beside the routed ones on a second CUDA stream (one rank: no collective on it),
-        so that the two chains of small, latency-bound launches overlap."""
+        experts run beside router and routed experts (``platforms.side_stream``: on a second CUDA
+        stream; one rank, so no collective runs there)."""
         one_pair = self._one_pair_a_block(hidden.shape[0] * self.gate.top_k)
-        if self.shared_experts is not None and tp_size() == 1 and one_pair and hidden.is_cuda:
-            return self._routed_beside_shared(hidden)
+        if self.shared_experts is not None and tp_size() == 1 and one_pair:
+            shared, routed = run_beside(lambda: self.shared_experts(hidden),
+                                        lambda: self._local_experts(hidden, *self._routes(hidden)), hidden)
+            return routed + shared
         topk_weights, topk_ids = self._routes(hidden)
         if self.shared_experts is not None and tp_size() == 1 and not one_pair:
             return self._local_experts(hidden, topk_weights, topk_ids, addend=self.shared_experts(hidden))
@@ -261,19 +257,6 @@ class FusedMoE(nn.Module):
         if self.expert_map is not None:
             topk_weights, topk_ids = local_routes(topk_weights, topk_ids, self.expert_map)
         return topk_weights, topk_ids
-
-    def _routed_beside_shared(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The shared experts on the side stream, router and routed experts on this one, joined
-        for the sum (CUDA graphs capture the fork and the join as parallel branches)."""
-        main, side = torch.cuda.current_stream(), _side_stream(hidden.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            shared = self.shared_experts(hidden)
-        hidden.record_stream(side)  # not reused on this stream while the side stream reads it
-        routed = self._local_experts(hidden, *self._routes(hidden))
-        main.wait_stream(side)
-        shared.record_stream(main)
-        return routed + shared
 
     def _one_pair_a_block(self, pairs: int) -> bool:
         """Whether the kernels run this many routes one pair a block (their down GEMM sums a token's pairs)."""

@@ -1,0 +1,34 @@
+"""Two independent chains of launches at once: on a CUDA device the first runs on a second
+stream beside the second (CUDA graphs capture the fork and the join as parallel branches), so
+that two chains of small, latency-bound kernels overlap; elsewhere they run one after the other."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, TypeVar
+
+import torch
+
+Side = TypeVar("Side")
+Main = TypeVar("Main")
+
+
+@functools.lru_cache(maxsize=None)
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device)
+
+
+def run_beside(side: Callable[[], Side], main: Callable[[], Main], reads: torch.Tensor) -> tuple[Side, Main]:
+    """``(side(), main())``; ``reads``: the one tensor ``side`` reads that this stream made. ``side``
+    must return one tensor and run no collective (two streams' collectives could interleave)."""
+    if not reads.is_cuda:
+        return side(), main()
+    this, other = torch.cuda.current_stream(), _side_stream(reads.device)
+    other.wait_stream(this)
+    with torch.cuda.stream(other):
+        side_out = side()
+    reads.record_stream(other)  # not reused on this stream while the side stream reads it
+    main_out = main()
+    this.wait_stream(other)
+    side_out.record_stream(this)
+    return side_out, main_out
