@@ -240,16 +240,14 @@ class FusedMoE(nn.Module):
         itself (one pair a block: small decode batches) there is no such pass, and the shared
         experts run beside router and routed experts (``platforms.side_stream``: on a second CUDA
         stream; one rank, so no collective runs there)."""
-        one_pair = self._one_pair_a_block(hidden.shape[0] * self.gate.top_k)
-        if self.shared_experts is not None and tp_size() == 1 and one_pair:
-            shared, routed = run_beside(lambda: self.shared_experts(hidden),
-                                        lambda: self._local_experts(hidden, *self._routes(hidden)), hidden)
-            return routed + shared
-        topk_weights, topk_ids = self._routes(hidden)
-        if self.shared_experts is not None and tp_size() == 1 and not one_pair:
-            return self._local_experts(hidden, topk_weights, topk_ids, addend=self.shared_experts(hidden))
+        if self.shared_experts is not None and tp_size() == 1:
+            if self._one_pair_a_block(hidden.shape[0] * self.gate.top_k):
+                shared, routed = run_beside(lambda: self.shared_experts(hidden),
+                                            lambda: self._local_experts(hidden, *self._routes(hidden)), hidden)
+                return routed + shared
+            return self._local_experts(hidden, *self._routes(hidden), addend=self.shared_experts(hidden))
         pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
-        out = all_reduce(self._local_experts(hidden, topk_weights, topk_ids, pair_rows))
+        out = all_reduce(self._local_experts(hidden, *self._routes(hidden), pair_rows))
         return out if self.shared_experts is None else out + self.shared_experts(hidden)
 
     def _routes(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -171,10 +171,9 @@ def test_split_k_on_two_streams_at_once():
     refs = [x.double() @ w.double().T for w in weights]
     tiling = Tiling(8, 256, 1, 1, split_k=8)
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
-    outs: list[list[torch.Tensor]] = [[], []]
     graph = torch.cuda.CUDAGraph()
     for capture in (False, True):  # compile outside the capture, then capture the fork and join
-        outs = [[], []]
+        outs: list[list[torch.Tensor]] = [[], []]
         main.wait_stream(torch.cuda.current_stream())
         with torch.cuda.graph(graph, stream=main) if capture else torch.cuda.stream(main):
             side.wait_stream(main)
