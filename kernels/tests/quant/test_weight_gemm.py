@@ -42,9 +42,11 @@ def tiling(m: int, split: int | None, four_bit: bool) -> Tiling | None:
 
 
 def run_poisoned(fn, *args) -> torch.Tensor:
-    """Call with NaN in the partial-sum workspace; the arrival counters must end at zero."""
+    """Call with NaN in the partial-sum workspace; the arrival counters must end at zero. (The
+    workspace may have been made under inference mode by an engine test run before this one.)"""
     workspace, counters = scratch(torch.device(DEVICE))
-    workspace.fill_(float("nan"))
+    with torch.inference_mode():
+        workspace.fill_(float("nan"))
     out = fn(*args)
     assert not counters.any()
     return out
