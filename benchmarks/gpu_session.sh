@@ -4,7 +4,7 @@
 # still reports.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh PHASE...
 #   (engine, features, quant, quantdecode, quantsweep, serve, stash, smollm2, gputests, structured8b, equality,
-#   moe, moedecode, moeprofile, moetiles, moecheck, b1, fp8act, moegemv, moequant, moethroughput, multimodal, parallel,
+#   moe, moedecode, moeprofile, moetiles, moecheck, b1, expertgemv, moegemv, moequant, moethroughput, multimodal, parallel,
 #   tpspeed, pair2, lamport2, tpoffline2, tpprofile2, dpep2, dpgraph2, ep2, big4, lanes4, warmcheck, ernieoffline)
 # .whl/ holds wheels of what the GPU machine lacks (pydantic, xgrammar, fastapi, openai, ...) and
 # of fastllm's own distributions (benchmarks/device_wheels.sh builds them from HEAD); python runs
@@ -186,14 +186,16 @@ b1)  # Qwen3-30B-A3B's batch-1 profile (bf16, fp8), Llama-3-8B batch 1
   step decode_llama 120 $PY benchmarks/quant_decode.py --methods bf16 --throughput-methods --decode-repeats 3 \
     --max-num-seqs 4 --out "$OUT/decode_llama.json"
   ;;
-fp8act)  # fp8 x fp8 experts (#25): fp8 expert tests, batch-1 Qwen3-30B-A3B bf16 / fp8 / fp8+a16 (widened), then
-  # the fp8 GEMMs' tiles with e4m3 activations (wider weight tiles among them); steps' limits add up to 560 s
-  TAIL=5 step fp8act_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_fused_experts.py -k fp8
-  TAIL=70 step profile_qwen3_fp8act 280 $PY benchmarks/quant_decode.py --model qwen3-30b-a3b --methods bf16 fp8 \
-    fp8+a16 --throughput-methods --decode-repeats 2 --max-num-seqs 4 --profile --profile-rows 30 \
-    --out "$OUT/profile_qwen3_fp8act.json"
-  TAIL=12 step moe_sweep_fp8act 130 $PY kernels/bench_fused_moe.py --sweep --experts fp8 --models qwen3-30b-a3b \
-    --tokens 1 --csv "$OUT/moe_sweep_fp8act.csv"
+expertgemv)  # batch-1 MoE experts on the one-row GEMV (#25): its tests, ERNIE-4.5-21B-A3B and Qwen3-30B-A3B bf16 /
+  # fp8 against the grouped GEMMs (+grouped) in one run each, then the L2-cold layers; limits add up to 590 s
+  TAIL=5 step expertgemv_tests 150 $PY -m pytest -q -x -p no:cacheprovider kernels/tests/test_expert_gemv.py \
+    kernels/tests/test_fused_experts.py
+  for model in ernie-4.5-21b-a3b qwen3-30b-a3b; do
+    TAIL=8 step "expertgemv_$model" 150 $PY benchmarks/quant_decode.py --model $model --methods bf16 bf16+grouped fp8 \
+      fp8+grouped --throughput-methods --decode-repeats 2 --max-num-seqs 4 --out "$OUT/expertgemv_$model.json"
+  done
+  TAIL=20 step expertgemv_cold 140 $PY kernels/bench_fused_moe.py --cold --models ernie-4.5-21b-a3b qwen3-30b-a3b \
+    --experts model fp8 int4 nf4 --weight-sets 4 --variants default gemv --csv "$OUT/expertgemv_cold.csv"
   ;;
 moegemv)  # batch-1 expert GEMMs (#25, helper moegemv): the fused-MoE kernel tests, batch-1 Qwen3-30B-A3B bf16 and
   # fp8 with the default decode tiles, then the L2-cold sweep of the one-pair-a-block tiles (bench_fused_moe.py --cold:

@@ -3,9 +3,9 @@
     python benchmarks/quant_decode.py --model llama-3-8b --load-format dummy --out quant_decode.json
     python benchmarks/quant_decode.py --methods bf16 --throughput-methods --profile -tp 2   # TP=2 step
 
-A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``); ``fp8+a16`` keeps
-fp8 experts' activations 16-bit (``FASTLLM_MOE_FP8_ACTIVATIONS=0``: the weights widened, the
-product before the fp8 x fp8 one), so ``--methods bf16 fp8 fp8+a16`` is the A/B. Each method
+A method named ``NAME+lm_head`` quantizes the LM head too (``quantize_lm_head``); ``NAME+grouped``
+runs a MoE model's batch-1 experts on the grouped GEMMs (``FASTLLM_MOE_GEMV=0``) instead of the
+one-row GEMV, so ``--methods bf16 bf16+grouped fp8 fp8+grouped`` is that A/B. Each method
 gets a fresh engine; batch-1 decode tok/s is measured over ``--decode-tokens`` generated tokens
 after the first, the median of ``--decode-repeats`` requests; the offline run
 (``--throughput-methods``, default bf16 vs fp8) over ``--num-prompts`` random prompts. Prints a
@@ -28,18 +28,18 @@ import torch
 from fastllm import LLM, SamplingParams
 from fastllm.engine.in_process import engine_model
 from fastllm.quantization import weight_bytes
-from fastllm_kernels.fused_moe import FP8_ACTIVATIONS_ENV
+from fastllm_kernels.fused_moe import EXPERT_GEMV_ENV
 
 METHODS = ["bf16", "weight_only_int8", "fp8", "nf4", "weight_only_int4"]
 HEAD = "+lm_head"
-A16 = "+a16"
+GROUPED = "+grouped"
 
 
 def build(args: argparse.Namespace, method: str, max_num_seqs: int) -> LLM:
-    name = method.removesuffix(HEAD).removesuffix(A16)
+    name = method.removesuffix(GROUPED).removesuffix(HEAD)
     return LLM(args.model, load_format=args.load_format, dtype="bfloat16", max_model_len=args.max_model_len,
                max_num_seqs=max_num_seqs, quantization=None if name == "bf16" else name,
-               quantize_lm_head=method.endswith(HEAD), gpu_memory_utilization=0.85,
+               quantize_lm_head=method.removesuffix(GROUPED).endswith(HEAD), gpu_memory_utilization=0.85,
                attention_backend=args.attention_backend, tensor_parallel_size=args.tensor_parallel_size)
 
 
@@ -128,7 +128,7 @@ def throughput(llm: LLM, args: argparse.Namespace) -> dict[str, float]:
 
 def measure(args: argparse.Namespace, method: str) -> dict:
     """One engine's numbers; the engine is gone (and its GPU memory free) when this returns."""
-    with mock.patch.dict(os.environ, {FP8_ACTIVATIONS_ENV: "0" if A16 in method else "1"}):
+    with mock.patch.dict(os.environ, {EXPERT_GEMV_ENV: "0" if method.endswith(GROUPED) else "1"}):
         return measure_engine(args, method)
 
 

@@ -8,8 +8,7 @@ bytes the routed experts hold (each read once: the decode bound), the TFLOP/s of
 products, the torch loop's time (``do_bench``; it syncs, so no graph) and the relative error of
 the bf16 kernel against the loop in float32 at that size. ``--sweep`` times each GEMM alone over
 candidate tiles and prints the fastest per shape. ``--experts fp8|int4|nf4``: the experts
-quantized by the quant plugin, the loop dequantizing them; ``--fp8-activations off``: fp8 experts
-widened at every size (auto: e4m3 activations at decode, ``fp8_activations_default``).
+quantized by the quant plugin, the loop dequantizing them.
 
 ``--cold`` times the one-pair-a-block (decode) GEMMs as a model runs them: each graph replay walks
 ``--layers`` layers, each with its own random top-k experts from one of ``--weight-sets`` distinct
@@ -37,7 +36,8 @@ from fastllm_quant.experts import quantize_four_bit_experts
 from fastllm_quant.fp8 import quantize_fp8_experts
 from fastllm_quant.int4 import DEFAULT_GROUP_SIZE, quantize_int4
 from fastllm_quant.nf4 import DEFAULT_BLOCK_SIZE, quantize_nf4
-from fastllm_kernels.fused_moe import MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm
+from fastllm_kernels.fused_moe import MoeTiling, default_tilings, fused_experts, gemv_format, grouped_gemm
+from fastllm_kernels.quant.weight_gemm import Tiling, expert_gemv
 from fastllm_kernels.moe_align import moe_align_block_size, one_pair_a_block, one_pair_blocks
 
 MODELS = {  # hidden, moe intermediate, experts, top-k
@@ -49,8 +49,6 @@ TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
 SWEEP_TOKENS = [1, 16, 128, 256, 512, 4096]
 DECODE_TILES = [MoeTiling(16, 16, 256, num_stages=4)] + [
     MoeTiling(m, n, k, num_stages=s) for m, n, k, s in itertools.product([16, 32], [32, 64], [128, 256], [3, 5])]
-FP8_ACTIVATION_TILES = [MoeTiling(16, 128, k, num_stages=s) for k, s in itertools.product([128, 256], [3, 4])]
-"""fp8 activations at one pair a block: wider weight tiles (the left operand of the e4m3 dot)."""
 PREFILL_TILES = [MoeTiling(m, n, k, group_m=g, num_warps=w, num_stages=s)
                  for m, n, k, g, w, s in [(64, 64, 64, 4, 4, 4), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 8, 3),
                                           (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 3), (64, 128, 128, 8, 4, 3),
@@ -115,7 +113,7 @@ def expert_weights(name: str, dtype: torch.dtype, experts_format: str) -> tuple[
 
 
 def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: list[int],
-                experts_format: str, fp8_activations: bool | None) -> list[dict]:
+                experts_format: str) -> list[dict]:
     hidden, inner, experts, top_k = MODELS[name]
     w13, w2, formats = expert_weights(name, dtype, experts_format)
     plain = not formats
@@ -128,14 +126,13 @@ def bench_layer(name: str, dtype: torch.dtype, copy_gbs: float, token_counts: li
     for tokens in token_counts:
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
-        out = fused_experts(x, w13, w2, topk_weights, topk_ids, fp8_activations=fp8_activations, **formats)
+        out = fused_experts(x, w13, w2, topk_weights, topk_ids, **formats)
         err = float("nan")
         if tokens <= 4096:  # the float32 loop's memory
             ref = reference(x.float())
             err = rel_err(out, ref)
             del ref
-        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids,
-                                                    fp8_activations=fp8_activations, **formats))
+        graph_ms = graph_time(lambda: fused_experts(x, w13, w2, topk_weights, topk_ids, **formats))
         loop_ms = triton.testing.do_bench(lambda: reference(x), warmup=5, rep=50, return_mode="median")
         nbytes = topk_ids.unique().numel() * (w13.nbytes + w2.nbytes) // experts
         flops = 2 * 3 * tokens * top_k * hidden * inner
@@ -160,8 +157,7 @@ def fastest(run, default: MoeTiling, candidates: list[MoeTiling]) -> tuple[dict,
     return timings, min(timings, key=timings.get)
 
 
-def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int],
-          fp8_activations: bool | None) -> list[dict]:
+def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list[int]) -> list[dict]:
     """Each GEMM alone over its candidate tiles; the default's time beside the best."""
     hidden, inner, experts, top_k = MODELS[name]
     w13, w2, formats = expert_weights(name, dtype, experts_format)
@@ -172,7 +168,6 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
         topk_weights, topk_ids = routed(tokens, experts, top_k, "cuda")
         act = x.new_empty(tokens * top_k, inner)
         one_pair = one_pair_a_block(tokens * top_k, experts)
-        fp8_act = fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations
         defaults = default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size())
         sum_pairs = top_k if one_pair else 1  # one pair a block: the down GEMM sums a token's pairs
         down_out = x.new_empty(tokens * top_k // sum_pairs, hidden)
@@ -182,17 +177,17 @@ def sweep(name: str, dtype: torch.dtype, experts_format: str, token_counts: list
 
         per_expert = tokens * top_k / experts
         if per_expert <= 32:
-            candidates = DECODE_TILES + (FP8_ACTIVATION_TILES if fp8_act else [])
+            candidates = DECODE_TILES
         else:
             candidates = PREFILL_TILES + (MID_TILES if per_expert <= 128 else [])
         gemms = {"gate_up": (lambda t: grouped_gemm(x, w13, act, blocks_for(t), t, top_k, gated=True,
-                                                    fp8_activations=fp8_act, **gate_up_format), defaults[0]),
+                                                    **gate_up_format), defaults[0]),
                  "down": (lambda t: grouped_gemm(act, w2, down_out, blocks_for(t), t, 1, False, topk_weights.view(-1),
-                                                 sum_pairs=sum_pairs, fp8_activations=fp8_act, **down_format),
+                                                 sum_pairs=sum_pairs, **down_format),
                           defaults[1])}
         for gemm, (run, default) in gemms.items():
             timings, best = fastest(run, default, candidates + (INTERLEAVED_TILES if gemm == "gate_up" else []))
-            rows.append({"model": name, "experts": experts_format, "fp8 activations": fp8_act, "tokens": tokens,
+            rows.append({"model": name, "experts": experts_format, "tokens": tokens,
                          "gemm": gemm, "default us": round(timings[default] * 1e3, 1),
                          "best us": round(timings[best] * 1e3, 1), "best": best})
             print(rows[-1], flush=True)
@@ -217,6 +212,17 @@ COLD_VARIANTS = {  # name: changes to the (gate/up, down) decode tiles of defaul
 """Each names tile fields to change (``k_scale`` multiplies block_k). Down programs summing several
 of a token's pairs and L2 prefetches of the down weights lost to every default here on the H100
 (benchmarks/RESULTS.md) and were taken out of the kernel."""
+
+
+GEMV_VARIANTS = {  # name: the one-row GEMV's tile over the pairs (``expert_gemv``), None: its default
+    "gemv": None,
+    "gemv, summed": None,
+    "gemv 4 rows 1 warp": Tiling(4, 512, num_warps=1, num_stages=1),
+    "gemv 8 rows 1 warp": Tiling(8, 512, num_warps=1, num_stages=1),
+    "gemv 8 rows 2 warps": Tiling(8, 1024, num_warps=2, num_stages=1),
+    "gemv 16 rows 2 warps": Tiling(16, 512, num_warps=2, num_stages=1),
+}
+"""Both GEMMs as the one-row GEMV over the pairs; ``summed``: the down launch adds each token's k rows."""
 
 
 def adjusted(tiling: MoeTiling, changes: dict) -> MoeTiling:
@@ -251,15 +257,14 @@ class ColdLayers:
     routes: list[tuple[torch.Tensor, torch.Tensor]]
     x: torch.Tensor
     act: torch.Tensor
-    fp8_activations: bool
     defaults: tuple[MoeTiling, MoeTiling]
     gate_up_bytes: float
     down_bytes: float
     reference: torch.Tensor
 
 
-def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int, sets: int, layers: int,
-                fp8_activations: bool | None) -> ColdLayers:
+def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int, sets: int,
+                layers: int) -> ColdLayers:
     hidden, inner, experts, top_k = MODELS[name]
     stacks = [expert_weights(name, dtype, experts_format) for _ in range(sets)]
     routes = [routed(tokens, experts, top_k, "cuda") for _ in range(layers)]
@@ -271,7 +276,6 @@ def cold_layers(name: str, dtype: torch.dtype, experts_format: str, tokens: int,
     return ColdLayers(
         name, str(dtype).split(".")[-1] if plain else experts_format, tokens, top_k, stacks, routes, x,
         torch.randn(tokens * top_k, inner, device="cuda", dtype=dtype) / inner ** 0.5,
-        fp8_activations_default(w13, tokens * top_k) if fp8_activations is None else fp8_activations,
         default_tilings(tokens * top_k, experts, x.element_size(), w13.element_size()),
         sum(routed_bytes(ids, stacks[i % sets][0], stacks[i % sets][2].get("w13_scale"))
             for i, (_, ids) in enumerate(routes)) / layers,
@@ -291,18 +295,21 @@ def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
     def run_gate_up(i):
         w13, _, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         grouped_gemm(layers.x, w13, layers.act, one_pair_blocks(layers.routes[layer_of(i)][1]), gate_up,
-                     layers.top_k, gated=True, fp8_activations=layers.fp8_activations, **split_formats(formats)[0])
+                     layers.top_k, gated=True, **split_formats(formats)[0])
 
     def run_down(i):
         _, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         topk_weights, topk_ids = layers.routes[layer_of(i)]
         grouped_gemm(layers.act, w2, down_out, one_pair_blocks(topk_ids), down, 1, False, topk_weights.view(-1),
-                     fp8_activations=layers.fp8_activations, **split_formats(formats)[1])
+                     **split_formats(formats)[1])
 
     def run_layer(i):  # the expert rows left unsummed, as a model whose next norm adds them runs it
         w13, w2, formats = layers.stacks[layer_of(i) % len(layers.stacks)]
         return fused_experts(layers.x, w13, w2, *layers.routes[layer_of(i)], tilings=(gate_up, down),
-                             fp8_activations=layers.fp8_activations, pair_rows=True, **formats)
+                             pair_rows=True, **formats)
+
+    if variant in GEMV_VARIANTS:
+        run_gate_up, run_down, run_layer = gemv_runs(layers, GEMV_VARIANTS[variant], variant.endswith("summed"))
 
     try:
         out = run_layer(0).sum(1)
@@ -312,7 +319,7 @@ def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
         print(f"skip {variant} {gate_up} {down}: {type(error).__name__}: {error}", flush=True)
         return None
     both = layers.gate_up_bytes + layers.down_bytes
-    return {"model": layers.name, "experts": layers.experts, "fp8 activations": layers.fp8_activations,
+    return {"model": layers.name, "experts": layers.experts,
             "tokens": layers.tokens, "variant": variant, "gate/up us": round(us["gate/up"], 2),
             "gate/up GB/s": round(layers.gate_up_bytes / us["gate/up"] / 1e3), "down us": round(us["down"], 2),
             "down GB/s": round(layers.down_bytes / us["down"] / 1e3), "layer us": round(us["layer"], 2),
@@ -321,8 +328,35 @@ def cold_row(layers: ColdLayers, variant: str, copy_gbs: float) -> dict | None:
             "rel err": f"{rel_err(out, layers.reference):.1e}", "gate/up tile": gate_up, "down tile": down}
 
 
+def gemv_runs(layers: ColdLayers, tiling: Tiling | None, summed: bool):
+    """(gate/up, down, layer) of the cold bench through ``expert_gemv``; the layer returns ``[T, k, H]``."""
+    hidden, inner = layers.x.shape[1], layers.act.shape[1]
+
+    def product(i, w, prefix, x, k, **kwargs):
+        formats = layers.stacks[i % len(layers.stacks)][2]
+        scale, zero = formats.get(prefix + "_scale"), formats.get(prefix + "_zero")
+        return expert_gemv(x, w, scale, zero, formats.get("book"), gemv_format(w, scale, zero, k, layers.x.dtype),
+                           tiling=tiling, **kwargs)
+
+    def run_gate_up(i):
+        return product(i, layers.stacks[i % len(layers.stacks)][0], "w13", layers.x, hidden,
+                       ids=layers.routes[i][1].view(-1), rows_per_x=layers.top_k, gated=True)
+
+    def run_down(i, x=None):
+        weights, ids = (route.view(-1) for route in layers.routes[i])
+        out = product(i, layers.stacks[i % len(layers.stacks)][1], "w2", layers.act if x is None else x, inner,
+                      ids=ids, route_weights=weights, sum_pairs=layers.top_k if summed else 1, ids_ready=True,
+                      out_dtype=layers.x.dtype if summed else torch.float32)
+        return out[:, None] if summed else out.view(layers.tokens, layers.top_k, -1)
+
+    def run_layer(i):
+        return run_down(i, run_gate_up(i))
+
+    return run_gate_up, run_down, run_layer
+
+
 def cold_sweep(names: list[str], dtype: torch.dtype, experts_formats: list[str], token_counts: list[int],
-               sets: int, layers: int, variants: list[str], fp8_activations: bool | None, copy_gbs: float,
+               sets: int, layers: int, variants: list[str], copy_gbs: float,
                csv_path: str | None) -> None:
     """Every variant on every (model, format, tokens) before the next variant: a call cut short
     keeps the first variants of all of them. The CSV is rewritten after each row."""
@@ -330,7 +364,7 @@ def cold_sweep(names: list[str], dtype: torch.dtype, experts_formats: list[str],
     for name, experts_format, tokens in itertools.product(names, experts_formats, token_counts):
         _, _, experts, top_k = MODELS[name]
         if one_pair_a_block(tokens * top_k, experts):
-            contexts.append(cold_layers(name, dtype, experts_format, tokens, sets, layers, fp8_activations))
+            contexts.append(cold_layers(name, dtype, experts_format, tokens, sets, layers))
         else:
             print(f"{name}: {tokens} tokens are not one pair a block; skipped", flush=True)
     rows = []
@@ -361,28 +395,26 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true", help="decode GEMMs over distinct layers (module doc)")
     parser.add_argument("--weight-sets", type=int, default=8, help="--cold: distinct expert sets")
     parser.add_argument("--layers", type=int, default=16, help="--cold: layers a graph replay")
-    parser.add_argument("--variants", nargs="*", default=list(COLD_VARIANTS), help="--cold: of COLD_VARIANTS")
-    parser.add_argument("--fp8-activations", choices=["auto", "off"], default="auto",
-                        help="fp8 experts: e4m3 activations where fused_experts picks them, or widened weights")
+    parser.add_argument("--variants", nargs="*", default=list(COLD_VARIANTS),
+                        help="--cold: of COLD_VARIANTS and GEMV_VARIANTS")
     parser.add_argument("--csv")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
-    fp8_activations = None if args.fp8_activations == "auto" else False
     if not args.cold and len(args.experts) > 1:
         parser.error("several --experts formats only with --cold")
     if args.sweep:
         rows = [row for name in args.models for row in sweep(name, dtype, args.experts[0],
-                                                              args.tokens or SWEEP_TOKENS, fp8_activations)]
+                                                              args.tokens or SWEEP_TOKENS)]
     else:
         copy_gbs = copy_bandwidth()
         print(f"copy bandwidth {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}", flush=True)
         if args.cold:
             cold_sweep(args.models, dtype, args.experts, args.tokens or [1], args.weight_sets, args.layers,
-                       args.variants, fp8_activations, copy_gbs, args.csv)
+                       args.variants, copy_gbs, args.csv)
             return
         rows = [row for name in args.models for row in bench_layer(name, dtype, copy_gbs, args.tokens or TOKENS,
-                                                                    args.experts[0], fp8_activations)]
+                                                                    args.experts[0])]
     write_csv(rows, args.csv)
 
 

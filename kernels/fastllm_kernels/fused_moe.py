@@ -15,13 +15,9 @@ RMSNorm adds them with the residual), which spares the arrival too.
 Grids are fixed by shapes alone (no host sync), so a decode step replays inside a CUDA graph;
 tiles past the padded pairs exit at once. Quantized experts (e4m3, or 4-bit int4 / nf4 codes with
 group scales) are widened a tile at a time in registers, so decode reads their packed bytes alone.
-At batch-1 decode, e4m3 experts on fp8 tensor cores take the other way (``fp8_activations``):
-widening the weights cost more than streaming them, so each K step's activation row is quantized
-to e4m3 instead (a scale a row a step, no extra pass or launch) and the dot takes both e4m3
-tiles, each step's product scaled by the row's scale. Triton multiplies e4m3 natively on sm_89
-and sm_120 but on Hopper only in 64-row tiles (wgmma; smaller ones it widens to fp16), so the
-weight tile is the dot's left operand (gate and up rows interleaved: 64 rows at the decode tiles) and
-the one activation row, repeated, its right.
+At one pair a block (batch-1 decode) with e4m3, 4-bit or float experts, the two products run on
+the one-row GEMV instead (``expert_gemv``: ``_experts_by_gemv``): a weight stream wants small programs
+and many loads in flight, not tensor-core tiles whose rows are padding.
 """
 
 from __future__ import annotations
@@ -33,16 +29,15 @@ import torch
 import triton
 import triton.language as tl
 
-from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.moe_align import ExpertBlocks, moe_align_block_size, one_pair_a_block, one_pair_blocks
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import dot_precision
+from fastllm_kernels.quant.weight_gemm import WeightFormat, expert_gemv
 from fastllm_kernels.split_k import TILE_COUNTERS, WORKSPACE_FLOATS, scratch, write_split_output
 
-FP8_MAX = tl.constexpr(torch.finfo(torch.float8_e4m3fn).max)  # e4m3's largest finite value, 448
-FP8_ACTIVATIONS_ENV = "FASTLLM_MOE_FP8_ACTIVATIONS"
-"""Set to 0: fp8 experts widen their weights at every batch size (the W8A16 product)."""
+EXPERT_GEMV_ENV = "FASTLLM_MOE_GEMV"
+"""Set to 0: one pair a block runs the grouped GEMMs, not the one-row GEMV (``expert_gemv``)."""
 
 
 @dataclass(frozen=True)
@@ -133,31 +128,6 @@ def _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8: tl.constexpr, FOU
     return w
 
 
-@triton.jit
-def _e4m3_rows(a):
-    """``a [M, K]`` (or one row ``[K]``) as e4m3 and a float32 scale a row (``[M, 1]``, ``[1]``):
-    the row's absmax maps to the format's top, so each row keeps e4m3's relative precision
-    whatever its size (zero rows stay zero)."""
-    a = a.to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(a), axis=-1, keep_dims=True) / FP8_MAX, 1e-30)
-    q = tl.clamp(a * (1.0 / scale), -FP8_MAX, FP8_MAX)
-    return q.to(tl.float8e4nv), scale
-
-
-@triton.jit
-def _accumulate(acc, a, w, a_scale, FP8_ACT: tl.constexpr, SWAP_AB: tl.constexpr, PRECISION: tl.constexpr):
-    """``acc + a @ w^T``: with ``FP8_ACT`` two e4m3 tiles on the tensor cores, the product scaled
-    by ``a``'s row scales (they change every K step); else accumulated in the dot. ``SWAP_AB``:
-    ``acc^T + w @ a`` (``a [K, M]``, one scale)."""
-    if SWAP_AB:
-        acc += tl.dot(w, a) * a_scale
-    elif FP8_ACT:
-        acc += tl.dot(a, tl.trans(w)) * a_scale
-    else:
-        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
-    return acc
-
-
 # the pair and block counts change with every step's token count: specialized on their divisibility
 # by 16 (or on 1), they compiled new variants mid-run, each stalling a serving step for a second or more
 @triton.jit(do_not_specialize=["num_pairs", "num_blocks"])
@@ -167,7 +137,7 @@ def _grouped_gemm_kernel(
     up_rows, ROWS_PER_A: tl.constexpr, ONE_PAIR: tl.constexpr, GATED: tl.constexpr, WEIGHTED: tl.constexpr,
     SUM_PAIRS: tl.constexpr,
     FP8: tl.constexpr, FOUR_BIT: tl.constexpr, HAS_ZERO: tl.constexpr, GROUP: tl.constexpr, SUB: tl.constexpr,
-    FP8_ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, INTERLEAVE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """``out[pair, cols] = a[pair // ROWS_PER_A] @ W[expert, cols]^T`` for one block of pairs.
@@ -178,8 +148,6 @@ def _grouped_gemm_kernel(
     output row is the pair's token, the sum of its k pairs. Quantized W (``_weight_tile``):
     ``FP8`` scales ``[E, rows]`` each output channel after the K loop; ``FOUR_BIT`` dequantizes
     each tile with its groups' scales ``[E, rows, K / GROUP]`` (and zeros) before the dot.
-    ``FP8_ACT`` (``FP8`` W): each K step's ``a`` rows quantized to e4m3 (``_e4m3_rows``; at
-    ``ONE_PAIR`` the one row, repeated down the tile) and multiplied with the e4m3 tile unwidened.
     ``INTERLEAVE`` (``GATED``): gate and up rows alternate in one weight operand, so one dot of
     twice the width fills one accumulator whose column pairs (gate, up) split in registers."""
     wait_for_inputs(PDL)
@@ -209,38 +177,21 @@ def _grouped_gemm_kernel(
     s_rows = scale_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     z_rows = zero_ptr + expert * stride_se + w_cols[:, None] * stride_sn
     ks = tl.arange(0, BLOCK_K)
-    # one real row, fp8: quantized as a vector and repeated across the tile's columns, the weights
-    # the dot's left operand (Hopper's e4m3 dot needs 64 rows: weights, not copies of a row; gated,
-    # the gate and up rows interleaved in it)
-    SWAP_AB: tl.constexpr = FP8_ACT and ONE_PAIR
-    if SWAP_AB:
-        acc = tl.zeros((W_ROWS, BLOCK_M), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, W_ROWS), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, W_ROWS), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        a_scale = 1.0
-        if SWAP_AB:
-            a, a_scale = _e4m3_rows(tl.load(a_ptr + pid_m.to(tl.int64) // ROWS_PER_A * stride_am + k0 + ks,
-                                            mask=k0 + ks < K, other=0.0))
-            a = tl.broadcast_to(a[:, None], (BLOCK_K, BLOCK_M))
+        if EVEN_K:
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
         else:
-            if EVEN_K:
-                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None], other=0.0)
-            else:
-                a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
-            if FP8_ACT:
-                a, a_scale = _e4m3_rows(a)
+            a = tl.load(a_rows + k0 + ks[None, :], mask=row_in[:, None] & (k0 + ks < K)[None, :], other=0.0)
         w = _weight_tile(w_rows, s_rows, z_rows, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB, W_ROWS,
                          BLOCK_K, EVEN_K, a.dtype)
-        acc = _accumulate(acc, a, w, a_scale, FP8_ACT, SWAP_AB, PRECISION)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PRECISION)
         if GATED and not INTERLEAVE:
             up = _weight_tile(w_rows + up_rows * stride_wn, s_rows + up_rows * stride_sn,
                               z_rows + up_rows * stride_sn, book_ptr, k0, K, FP8, FOUR_BIT, HAS_ZERO, GROUP, SUB,
                               BLOCK_N, BLOCK_K, EVEN_K, a.dtype)
-            acc_up = _accumulate(acc_up, a, up, a_scale, FP8_ACT, SWAP_AB, PRECISION)
-    if SWAP_AB:  # every row the pair's
-        acc = tl.trans(acc)
+            acc_up = tl.dot(a, tl.trans(up), acc_up, input_precision=PRECISION)
     if FP8:
         scales = scale_ptr + expert * stride_se + w_cols
         acc *= tl.load(scales)[None, :]
@@ -290,21 +241,16 @@ def _weight_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tens
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: ExpertBlocks, tiling: MoeTiling,
                  rows_per_a: int, gated: bool, topk_weights: torch.Tensor | None = None,
                  w_scale: torch.Tensor | None = None, w_zero: torch.Tensor | None = None,
-                 book: torch.Tensor | None = None, sum_pairs: int = 1,
-                 fp8_activations: bool = False) -> torch.Tensor:
+                 book: torch.Tensor | None = None, sum_pairs: int = 1) -> torch.Tensor:
     """One launch over every block: ``out [pairs, N]`` from ``a`` rows and expert weights ``w [E, N
     (twice N gated), K]`` (a's dtype, or quantized: ``_weight_format``); rows of ``a`` are tokens
     (``rows_per_a`` = k) or pairs (1). ``sum_pairs`` = k (one pair a block only): ``out [tokens,
-    N]``, each token's k pairs summed. ``fp8_activations`` (e4m3 ``w``): an fp8 x fp8 product, the
-    rows of ``a`` quantized to e4m3 a K step at a time."""
+    N]``, each token's k pairs summed."""
     n = w.shape[1] // 2 if gated else w.shape[1]
     if blocks.block_m not in (None, tiling.block_m):
         raise ValueError(f"tiles of {tiling.block_m} rows over blocks aligned to {blocks.block_m}")
     if sum_pairs > 1 and blocks.block_m is not None:
         raise ValueError("pairs are summed in the GEMM only one pair a block")
-    if fp8_activations and (w.dtype != torch.float8_e4m3fn or tiling.block_k < 32):
-        raise ValueError(f"fp8 activations need e4m3 experts (not {w.dtype}) and K steps of at least 32 (the "
-                         f"fp8 MMA's), not {tiling.block_k}")
     if w.stride(2) != 1 or a.stride(1) != 1:
         raise ValueError("weights and activations need contiguous rows")
     w, k, block_k, fmt = _weight_format(w, w_scale, w_zero, book, tiling.block_k)
@@ -318,27 +264,16 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, blocks: Ex
         stride_wn=w.stride(1), stride_om=out.stride(0), up_rows=n, ROWS_PER_A=rows_per_a, SUM_PAIRS=sum_pairs,
         ONE_PAIR=blocks.block_m is None, GATED=gated, WEIGHTED=topk_weights is not None, BLOCK_M=tiling.block_m,
         BLOCK_N=tiling.block_n, BLOCK_K=block_k, GROUP_M=tiling.group_m, EVEN_K=k % block_k == 0,
-        INTERLEAVE=gated and (tiling.interleave or (fp8_activations and blocks.block_m is None)),
-        FP8_ACT=fp8_activations, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
+        INTERLEAVE=gated and tiling.interleave, PRECISION=dot_precision(a.dtype), num_warps=tiling.num_warps,
         num_stages=tiling.num_stages, **fmt, **pdl_launch(a.device))
     return out
-
-
-def fp8_activations_default(w13: torch.Tensor, num_pairs: int) -> bool:
-    """Whether fp8 experts multiply e4m3 activations: on fp8 tensor cores, at one pair a block
-    (batch-1 decode: a weight stream, where widening the weights costs more than quantizing the
-    block's one row as a vector), unless ``FASTLLM_MOE_FP8_ACTIVATIONS=0``. Grouped blocks quantize
-    whole tiles, and prefill is compute-bound: they keep the widening until measured."""
-    return (w13.dtype == torch.float8_e4m3fn and one_pair_a_block(num_pairs, w13.shape[0])
-            and fp8_tensor_cores(w13.device) and os.environ.get(FP8_ACTIVATIONS_ENV, "1") != "0")
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, activation: str = "silu", *, w13_scale: torch.Tensor | None = None,
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
                   w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
-                  tilings: tuple[MoeTiling, MoeTiling] | None = None,
-                  fp8_activations: bool | None = None, pair_rows: bool = False,
+                  tilings: tuple[MoeTiling, MoeTiling] | None = None, pair_rows: bool = False,
                   addend: torch.Tensor | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
@@ -347,8 +282,9 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     ``w2_scale [E, H]``. 4-bit experts: uint8 ``w13 [E, 2I, H/2]``/``w2 [E, H, I/2]`` (two codes
     a byte, the even input in the low nibble), float32 scales ``[E, rows, K / group]`` and
     either zeros of the same shape (int4: ``(code - zero) * scale``) or a code ``book [16]``
-    (nf4: ``book[code] * scale``). ``fp8_activations``: fp8 experts multiply e4m3 activations
-    (``grouped_gemm``); None: ``fp8_activations_default``. ``pair_rows``: where the pairs go one a
+    (nf4: ``book[code] * scale``). One pair a block (batch-1 decode) runs the one-row GEMV
+    (``_experts_by_gemv``) unless ``tilings`` (the grouped GEMMs' tiles) are given, K is not whole
+    runs of 8 or ``FASTLLM_MOE_GEMV=0``. ``pair_rows``: where the pairs go one a
     block (batch-1 decode), return each token's k weighted rows unsummed, ``[T, k, H]`` float32, for a
     consumer that adds them (``fused_add_rms_norm``'s summands): no pair sum in this launch.
     ``addend [T, H]`` (the shared experts' output) is added to the sum, in the same pass where
@@ -361,11 +297,17 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     if w13.shape[2] * packing != hidden.shape[1] or w2.shape != (num_experts, hidden.shape[1], inner // packing):
         raise ValueError(f"w13 {tuple(w13.shape)} and w2 {tuple(w2.shape)} do not fit hidden {tuple(hidden.shape)}")
     num_pairs = tokens * top_k
+    if tilings is None and one_pair_a_block(num_pairs, num_experts) and (
+            os.environ.get(EXPERT_GEMV_ENV, "1") != "0"):
+        gemv = (gemv_format(w13, w13_scale, w13_zero, hidden.shape[1], hidden.dtype),
+                gemv_format(w2, w2_scale, w2_zero, inner, hidden.dtype))
+        if None not in gemv:
+            quant = {"w13_scale": w13_scale, "w2_scale": w2_scale, "w13_zero": w13_zero, "w2_zero": w2_zero,
+                     "book": book}
+            return _experts_by_gemv(hidden.contiguous(), w13, w2, topk_weights, topk_ids, gemv, quant, pair_rows,
+                                    addend)
     gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
-    if fp8_activations is None:
-        fp8_activations = fp8_activations_default(w13, num_pairs)
-    shared = {"book": book, "fp8_activations": fp8_activations}
-    formats = {"w_zero": w13_zero, **shared}, {"w_zero": w2_zero, **shared}
+    formats = {"w_zero": w13_zero, "book": book}, {"w_zero": w2_zero, "book": book}
     hidden = hidden.contiguous()
     if one_pair_a_block(num_pairs, num_experts):
         blocks = one_pair_blocks(topk_ids)
@@ -390,6 +332,48 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     grouped_gemm(act, w2, per_pair, blocks, down, 1, gated=False, topk_weights=weights, w_scale=w2_scale,
                  **formats[1])
     return sum_pairs(per_pair.view(tokens, top_k, -1), addend)
+
+
+def gemv_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tensor | None, k: int,
+                 dtype: torch.dtype) -> WeightFormat | None:
+    """The one-row GEMV's format for experts ``w`` of K inputs (e4m3, 4-bit codes in groups of a
+    power of two from 16, or float weights of the activations' ``dtype``), where K fills its loads
+    (whole runs of 8); None where not."""
+    if k % 8:
+        return None
+    if w.dtype == torch.float8_e4m3fn:
+        return WeightFormat(four_bit=False, fp8=True)
+    if w.dtype == torch.uint8:
+        group = k // scale.shape[2]
+        if group < 16 or group & (group - 1):
+            return None
+        return WeightFormat(four_bit=True, nf4=zero is None, has_zero=zero is not None, group=group)
+    return WeightFormat(four_bit=False, dense=True) if w.dtype == dtype else None
+
+
+def _experts_by_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                     topk_ids: torch.Tensor, formats: tuple[WeightFormat, WeightFormat], quant: dict,
+                     pair_rows: bool, addend: torch.Tensor | None) -> torch.Tensor:
+    """``fused_experts`` at one pair a block as two launches of the one-row GEMV over the pairs
+    (``expert_gemv``): gate and up with the SiLU-and-mul, then down with the routing weights and
+    each token's k rows summed (or, ``pair_rows``, left to the consumer). Decode at one pair a block
+    is a weight stream, and the GEMV is the kernel built to stream weights: small programs, many
+    loads in flight, no tensor-core tile of padding rows; the down launch loads its experts' first
+    slices under the gate/up launch (the ids were written before it). ``quant``: fused_experts'
+    scale, zero and book keywords."""
+    tokens, top_k = topk_ids.shape
+    ids = topk_ids.reshape(-1).contiguous()
+    weights = topk_weights.reshape(-1).contiguous()
+    book = quant["book"]
+    act = expert_gemv(hidden, w13, quant["w13_scale"], quant["w13_zero"], book, formats[0], ids, rows_per_x=top_k,
+                      gated=True)
+    down = {"route_weights": weights, "ids_ready": True}
+    if pair_rows:
+        rows = expert_gemv(act, w2, quant["w2_scale"], quant["w2_zero"], book, formats[1], ids,
+                           out_dtype=torch.float32, **down)
+        return rows.view(tokens, top_k, -1) if addend is None else sum_pairs(rows.view(tokens, top_k, -1), addend)
+    out = expert_gemv(act, w2, quant["w2_scale"], quant["w2_zero"], book, formats[1], ids, sum_pairs=top_k, **down)
+    return out if addend is None else out.add_(addend)
 
 
 @triton.jit

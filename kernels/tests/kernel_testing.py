@@ -44,3 +44,30 @@ def paged_kv(seq_lens: list[int], block_size: int, num_kv_heads: int, head_dim: 
         block_tables[row, :n] = torch.tensor(ids[:n], dtype=torch.int32)
         ids = ids[n:]
     return k_cache, v_cache, block_tables.to(DEVICE)
+
+
+def fp8_per_channel(w):
+    """e4m3 weights and float32 scales ``[E, rows]``: each row's absmax at the format's top."""
+    scale = (w.float().abs().amax(dim=-1) / torch.finfo(torch.float8_e4m3fn).max).clamp(min=1e-12)
+    return (w.float() / scale[..., None]).to(torch.float8_e4m3fn), scale
+
+
+def four_bit(w, group, book=None):
+    """Codes two a byte (even input low), float32 scales ``[E, rows, K / group]`` and zeros (int4:
+    the group's min at code 0, its max at 15), or nf4 codes of ``book`` by absmax (zeros None);
+    with the weights they stand for, in float64."""
+    groups = w.double().unflatten(-1, (-1, group))
+    if book is None:
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-8)
+        zero = -low / scale
+        codes = (groups / scale[..., None] + zero[..., None]).round().clamp(0, 15)
+        values = (codes - zero[..., None]) * scale[..., None]
+    else:
+        scale = groups.abs().amax(-1)
+        codes = (groups / scale[..., None])[..., None].sub(book.double()).abs().argmin(-1).double()
+        values = book.double()[codes.long()] * scale[..., None]
+        zero = None
+    codes = codes.flatten(-2).to(torch.uint8)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed, scale.float(), None if zero is None else zero.float(), values.flatten(-2)

@@ -1,14 +1,13 @@
 import pytest
 import torch
 
-from fastllm_kernels.device import fp8_tensor_cores
 from fastllm_kernels.fused_moe import (
-    FP8_ACTIVATIONS_ENV, MoeTiling, default_tilings, fp8_activations_default, fused_experts, grouped_gemm, sum_pairs,
+    MoeTiling, default_tilings, fused_experts, grouped_gemm, sum_pairs,
 )
 from fastllm_kernels.moe_align import ALIGN_CHUNK, max_blocks, moe_align_block_size, one_pair_blocks
 from fastllm_kernels.quant.dequant import NF4_CODES
 from fastllm_kernels.split_k import scratch
-from kernel_testing import DEVICE, DTYPES, TOLERANCE, nan_like, randn, rel_err
+from kernel_testing import DEVICE, DTYPES, TOLERANCE, four_bit, fp8_per_channel, nan_like, randn, rel_err
 
 
 def dense_moe(hidden, w13, w2, topk_weights, topk_ids):
@@ -176,12 +175,6 @@ def test_fused_experts_rejects_other_activations():
                                                                               device=DEVICE), activation="gelu")
 
 
-def fp8_per_channel(w):
-    """e4m3 weights and float32 scales ``[E, rows]``: each row's absmax at the format's top."""
-    scale = (w.float().abs().amax(dim=-1) / torch.finfo(torch.float8_e4m3fn).max).clamp(min=1e-12)
-    return (w.float() / scale[..., None]).to(torch.float8_e4m3fn), scale
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens,experts", [(1, 16), (37, 4), (70, 2)])  # one pair a block, decode, prefill tiles
 def test_fp8_experts_match_dense_reference_on_their_dequantized_weights(dtype, tokens, experts):
@@ -190,37 +183,16 @@ def test_fp8_experts_match_dense_reference_on_their_dequantized_weights(dtype, t
     (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
     topk_weights, topk_ids = routing(tokens, experts, 2)
 
-    out = fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2, fp8_activations=False)
+    out = fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2)
 
     dequantized = q13.double() * s13.double()[..., None], q2.double() * s2.double()[..., None]
     assert out.dtype == dtype
     assert rel_err(out, dense_moe(x, *dequantized, topk_weights, topk_ids)) < TOLERANCE[dtype]
 
 
-def four_bit(w, group, book=None):
-    """Codes two a byte (even input low), float32 scales ``[E, rows, K / group]`` and zeros (int4:
-    the group's min at code 0, its max at 15), or nf4 codes of ``book`` by absmax (zeros None);
-    with the weights they stand for, in float64."""
-    groups = w.double().unflatten(-1, (-1, group))
-    if book is None:
-        low, high = groups.amin(-1), groups.amax(-1)
-        scale = ((high - low) / 15).clamp(min=1e-8)
-        zero = -low / scale
-        codes = (groups / scale[..., None] + zero[..., None]).round().clamp(0, 15)
-        values = (codes - zero[..., None]) * scale[..., None]
-    else:
-        scale = groups.abs().amax(-1)
-        codes = (groups / scale[..., None])[..., None].sub(book.double()).abs().argmin(-1).double()
-        values = book.double()[codes.long()] * scale[..., None]
-        zero = None
-    codes = codes.flatten(-2).to(torch.uint8)
-    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
-    return packed, scale.float(), None if zero is None else zero.float(), values.flatten(-2)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nf4", [False, True])
-@pytest.mark.parametrize("tokens,experts,used", [(1, 16, 16), (2, 32, 5), (37, 8, 3), (70, 4, 4)])
+@pytest.mark.parametrize("tokens,experts,used", [(2, 32, 5), (37, 8, 3), (70, 4, 4)])
 def test_four_bit_experts_match_dense_reference_on_their_dequantized_weights(dtype, nf4, tokens, experts, used):
     """Decode (one pair a block), grouped with idle experts, prefill tiles; groups of 32 inputs
     under K steps of 64 and more, and of 64 over K steps of 32 (float32 halves them)."""
@@ -259,7 +231,7 @@ def test_interleaved_gate_up_operand_matches_the_dense_reference(fmt, tokens, ex
     else:
         q13, q2, formats, dense = w13.half(), w2.half(), {}, (w13.half(), w2.half())
 
-    out = fused_experts(x, q13, q2, topk_weights, topk_ids, tilings=tilings, fp8_activations=False, **formats)
+    out = fused_experts(x, q13, q2, topk_weights, topk_ids, tilings=tilings, **formats)
 
     assert rel_err(out, dense_moe(x, *dense, topk_weights, topk_ids)) < TOLERANCE[torch.float16]
 
@@ -272,7 +244,7 @@ def test_quantized_experts_leave_their_rows_unsummed_too(fmt):
     w13, w2 = moe_weights(16, 128, 64, torch.float32)
     if fmt == "fp8":
         (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
-        formats = {"w13_scale": s13, "w2_scale": s2, "fp8_activations": False}
+        formats = {"w13_scale": s13, "w2_scale": s2}
     else:
         book = torch.tensor(NF4_CODES, device=DEVICE) if fmt == "nf4" else None
         (q13, s13, z13, _), (q2, s2, z2, _) = four_bit(w13, 32, book), four_bit(w2, 32, book)
@@ -293,135 +265,3 @@ def test_four_bit_experts_need_a_zero_or_a_book():
     ids = torch.zeros(2, 1, dtype=torch.long, device=DEVICE)
     with pytest.raises(ValueError, match="zero"):
         fused_experts(x, q13, q2, torch.ones(2, 1, device=DEVICE), ids, w13_scale=s13, w2_scale=s2, w13_zero=z13)
-
-
-# ---- fp8 x fp8: the activations quantized to e4m3 a K step at a time ----------------------------
-FP8_ACTIVATION_ERROR = 0.1
-"""Relative error of fp8 activations against the unquantized product: e4m3 rounds each input by at
-most u = 2^-4 of itself; independent errors add in quadrature, so each product is off by at most
-about u in rms, and the two in series (gate/up, then down on the quantized activation) by about
-sqrt(2) u = 0.088. Random draws give 0.04 on average (0.072 the worst of 300 at one token); a wrong
-scale or row is off by O(1)."""
-FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
-ON_CUDA_ONLY = pytest.mark.skipif(DEVICE.type != "cuda", reason="Triton's interpreter rounds to fp8 "
-                                  "inexactly (no carry into the exponent); on CPU only e4m3_steps data runs")
-
-
-def e4m3_steps(a, block_k):
-    """The kernel's activation quantization in torch (float64): each row's K steps of ``block_k``
-    inputs scaled so their absmax is e4m3's top, rounded to e4m3, scaled back."""
-    steps = []
-    for step in a.double().split(block_k, dim=-1):
-        scale = (step.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=1e-30)
-        steps.append((step * (1 / scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).double() * scale)
-    return torch.cat(steps, dim=-1)
-
-
-def fp8_activation_moe(x, w13, w2, topk_weights, topk_ids, block_ks):
-    """``dense_moe`` with both products' inputs through ``e4m3_steps`` (K steps ``block_ks``) and
-    the activation between them stored in x's dtype, as the kernel does."""
-    gate, up = torch.einsum("th,eih->tei", e4m3_steps(x, block_ks[0]), w13.double()).chunk(2, dim=-1)
-    act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
-    per_expert = torch.einsum("tei,ehi->teh", e4m3_steps(act, block_ks[1]), w2.double())
-    routing = torch.zeros(x.shape[0], w13.shape[0], dtype=torch.float64, device=x.device)
-    routing.scatter_add_(1, topk_ids.long(), topk_weights.double())
-    return torch.einsum("te,teh->th", routing, per_expert)
-
-
-def exact_in_e4m3_steps(rows, k, block_k, dtype):
-    """Activations that ``e4m3_steps`` keeps exactly: every K step of a row is e4m3 values times a
-    power of two of its own, with one input at the top (448 times it)."""
-    num_steps = -(-k // block_k)
-    codes = (torch.randn(rows, k) * 16).to(torch.float8_e4m3fn).double()
-    codes[:, ::block_k] = FP8_MAX * (torch.randint(0, 2, (rows, num_steps)) * 2 - 1)
-    steps = 2.0 ** torch.randint(-10, -5, (rows, num_steps))
-    return (codes * steps.repeat_interleave(block_k, dim=1)[:, :k]).to(DEVICE, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("experts,one_pair,tiling", [
-    (16, True, MoeTiling(16, 32, 32)),  # decode (k pairs summed); K steps 32: three of hidden's, two of inner's
-    (16, True, MoeTiling(16, 64, 64)),  # a second column tile past N; K steps that do not divide hidden (96)
-    (4, False, MoeTiling(16, 32, 32)),  # grouped
-])
-def test_fp8_activations_product_exact_on_e4m3_inputs(dtype, experts, one_pair, tiling):
-    """Both grouped GEMMs with e4m3 activations, on inputs the quantization keeps, so the result
-    is the float64 product of the dequantized weights (any scale applied wrongly is off by a
-    power of two): gate/up gated, then down weighted (summing a token's pairs at one pair a
-    block); one token's two slots on one expert, experts without pairs."""
-    tokens, top_k, hidden, inner = 3, 2, 96, 64
-    w13, w2 = moe_weights(experts, hidden, inner, torch.float32)
-    (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
-    d13, d2 = q13.double() * s13.double()[..., None], q2.double() * s2.double()[..., None]
-    topk_weights, topk_ids = routing(tokens, experts, top_k, used=3)
-    topk_ids[0, 1] = topk_ids[0, 0]
-    blocks = one_pair_blocks(topk_ids) if one_pair else moe_align_block_size(topk_ids, tiling.block_m, experts)
-    pair_experts = topk_ids.reshape(-1).long()
-    x = exact_in_e4m3_steps(tokens, hidden, tiling.block_k, dtype)
-    act = exact_in_e4m3_steps(tokens * top_k, inner, tiling.block_k, dtype)
-
-    gate_up = grouped_gemm(x, q13, nan_like(act), blocks, tiling, top_k, gated=True, w_scale=s13,
-                           fp8_activations=True)
-    sum_pairs = top_k if one_pair else 1
-    down = grouped_gemm(act, q2, nan_like(x.new_empty(tokens * top_k // sum_pairs, hidden)), blocks, tiling, 1,
-                        gated=False, topk_weights=topk_weights.reshape(-1), w_scale=s2, sum_pairs=sum_pairs,
-                        fp8_activations=True)
-
-    gate, up = torch.einsum("ph,pih->pi", x.double().repeat_interleave(top_k, 0), d13[pair_experts]).chunk(2, -1)
-    per_pair = torch.einsum("pi,phi->ph", act.double(), d2[pair_experts]) * topk_weights.reshape(-1, 1).double()
-    # Hopper's fp8 tensor cores add their products with fewer bits than float32 (1.03e-4 seen on an H100
-    # in float32); a scale applied wrongly is off by a power of two, far above this bound
-    tolerance = max(TOLERANCE[dtype], 1e-3)
-    assert rel_err(gate_up, torch.nn.functional.silu(gate) * up) < tolerance
-    assert rel_err(down, per_pair.view(tokens, top_k, -1).sum(1) if one_pair else per_pair) < tolerance
-
-
-def test_fp8_activations_are_quantized_and_need_fp8_experts():
-    """Random rows do lose bits to e4m3 (the path is not the widening one under another name)."""
-    x = randn(2, 64, dtype=torch.float32)
-    w13, w2 = moe_weights(16, 64, 32, torch.float32)
-    (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
-    topk_weights, topk_ids = routing(2, 16, 2)
-
-    def run(fp8_activations):
-        return fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2,
-                             fp8_activations=fp8_activations)
-
-    assert rel_err(run(True), run(False)) > 1e-3
-    with pytest.raises(ValueError, match="e4m3 experts"):
-        fused_experts(x, w13, w2, topk_weights, topk_ids, fp8_activations=True)
-
-
-def test_fp8_activations_by_default_at_one_pair_a_block_on_fp8_tensor_cores(monkeypatch):
-    q13, _ = fp8_per_channel(moe_weights(16, 64, 32, torch.float32)[0])
-    assert fp8_activations_default(q13, 2) == fp8_tensor_cores(q13.device)  # one pair a block
-    assert not fp8_activations_default(q13, 3)  # grouped blocks: the widening
-    assert not fp8_activations_default(q13.float(), 2)
-    monkeypatch.setenv(FP8_ACTIVATIONS_ENV, "0")
-    assert not fp8_activations_default(q13, 2)
-
-
-@ON_CUDA_ONLY
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tokens,experts,used", [(1, 16, 16), (2, 32, 5), (37, 8, 3), (70, 4, 4)])
-def test_fp8_activations_match_their_torch_emulation_and_the_float_product(dtype, tokens, experts, used):
-    """Default tiles: decode (one pair a block, the down GEMM summing a token's pairs), grouped
-    with idle experts, prefill tiles; the first token's two slots on one expert."""
-    x = randn(tokens, 128, dtype=dtype)
-    w13, w2 = moe_weights(experts, 128, 64, torch.float32)
-    (q13, s13), (q2, s2) = fp8_per_channel(w13), fp8_per_channel(w2)
-    d13, d2 = q13.double() * s13.double()[..., None], q2.double() * s2.double()[..., None]
-    topk_weights, topk_ids = routing(tokens, experts, 2, used)
-    topk_ids[0, 1] = topk_ids[0, 0]
-    tilings = default_tilings(tokens * 2, experts, x.element_size(), 1)
-
-    out = fused_experts(x, q13, q2, topk_weights, topk_ids, w13_scale=s13, w2_scale=s2, fp8_activations=True)
-
-    emulated = fp8_activation_moe(x, d13, d2, topk_weights, topk_ids, [tiling.block_k for tiling in tilings])
-    # fp8 accumulation on the tensor cores, and activations that land on the other side of an e4m3
-    # rounding boundary than in the emulation (the kernel's scale rounds differently), each off by up
-    # to 2^-4 of itself: on an H100, six seeds of each case here reached 1.03e-2 (bfloat16, 70 tokens)
-    # and 9.8e-3 (float32, one token), and a run of this test failed a 1e-2 bound at two tokens in
-    # float16. A scale applied wrongly is off by a power of two, a wrong tile by O(1): both far above 3e-2
-    assert rel_err(out, emulated) < 3e-2
-    assert rel_err(out, dense_moe(x, d13, d2, topk_weights, topk_ids)) < FP8_ACTIVATION_ERROR

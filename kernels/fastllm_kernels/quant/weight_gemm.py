@@ -17,6 +17,9 @@ Formats (constexpr flags), weights ``q`` rows-first ``[N, K / codes per byte]``:
 words and turn codes into floats with magic numbers (``dequant``), no integer-to-float
 conversion, each code paired with its strided column of x, FMAs on the CUDA cores. nf4 codes
 are looked up, two a load, in a shared-memory table (``nf4_pairs``) by programs of 2-4 warps.
+``expert_gemv`` runs the same GEMV for a mixture-of-experts decode step: the (token, expert) pairs
+along one more grid axis, each with its expert's W; the gate/up SiLU or the k pairs' weighted sum
+in the epilogue.
 ``_gemm_kernel`` (2..64 rows) reads bytes through shared memory into the tensor cores' operand
 layout and makes the codes x's dtype there (magic numbers in 16 bits, no I2F either).
 """
@@ -117,11 +120,13 @@ def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K,
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, N, K, stride_qn, stride_sn, magic,
+    x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, ids_ptr, route_ptr, M, N, K, stride_qn, stride_sn,
+    stride_qe, stride_se, stride_xr, stride_ym, magic,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr, PREFETCH: tl.constexpr,
-    DENSE: tl.constexpr, PDL: tl.constexpr,
+    DENSE: tl.constexpr, PDL: tl.constexpr, EXPERTS: tl.constexpr, IDS_READY: tl.constexpr, ROWS_PER_X: tl.constexpr,
+    SUM_PAIRS: tl.constexpr, WEIGHTED: tl.constexpr, GATED: tl.constexpr,
 ):
     """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
     inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one 16-byte
@@ -133,14 +138,36 @@ def _gemv_kernel(
     row sums its products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a
     group) are scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end.
     Launched dependent (``PDL``), the first slice of W is on its way before the previous kernel
-    ends."""
+    ends.
+
+    ``EXPERTS`` (mixture-of-experts decode, one launch for a few (token, expert) pairs): grid axis 2
+    is the pair, W ``[E, N, K]`` its expert's (``ids``), x its token's row (``ROWS_PER_X`` pairs a
+    row: k) or its own. ``IDS_READY``: the ids were written two launches back or earlier, so the
+    expert and the first slice of its W load before the wait, as a dense layer's do. Output row:
+    the pair's, or with ``SUM_PAIRS`` (k) its token's, the k pairs' partials (times their routing
+    weights: ``WEIGHTED``) summed in slot order like K splits. ``GATED`` (no K split): W holds N
+    gate rows, then N up rows; a program takes ``BLOCK_N / 2`` of each and stores ``silu(gate) * up``."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
+    pair = tl.program_id(2)
+    WAIT_FIRST: tl.constexpr = EXPERTS and not IDS_READY
+    if WAIT_FIRST:
+        wait_for_inputs(PDL)
+    if EXPERTS:
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        q_ptr += expert * stride_qe
+        s_ptr += expert * stride_se
+        z_ptr += expert * stride_se
+        x_ptr += (pair // ROWS_PER_X).to(tl.int64) * stride_xr
     CODES: tl.constexpr = 1 if FP8 or DENSE else 32 // BITS
     LANE_K: tl.constexpr = UNITS * CODES  # inputs of one lane and row per slice
     LANES: tl.constexpr = BLOCK_K // LANE_K
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = tl.minimum(cols, N - 1).to(tl.int64)  # rows past N read row N - 1: loads need no mask
+    if GATED:  # rows j < BLOCK_N / 2: gate rows; the rest the up rows of the same columns
+        cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) % (BLOCK_N // 2)
+        rows = tl.minimum(cols, N - 1).to(tl.int64) + (tl.arange(0, BLOCK_N) >= BLOCK_N // 2) * N
+    else:
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = tl.minimum(cols, N - 1).to(tl.int64)  # rows past N read row N - 1: loads need no mask
     lane = tl.arange(0, LANES)
     q_rows = q_ptr + rows[:, None] * stride_qn + tl.arange(0, LANES * UNITS)[None, :]
     x_run = lane[:, None] * LANE_K + tl.arange(0, 8)[None, :]
@@ -151,7 +178,8 @@ def _gemv_kernel(
         book = fill_table(pid_n, acc)
     else:
         book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
-    wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
+    if not WAIT_FIRST:
+        wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
     if PREFETCH:  # each slice's loads go out before the previous slice's math
         for i in range(ITERS):
             ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K  # the last slice reloads itself
@@ -173,7 +201,15 @@ def _gemv_kernel(
     out = tl.sum(acc, axis=1)
     if BITS == 8 and not DENSE:
         out *= tl.load(s_ptr + rows).to(tl.float32)
-    write_split_output(out[None, :], tl.arange(0, 1), cols, 1, N, y_ptr, 0, ws_ptr, lock_ptr, pid_n, pid_k, SPLIT_K)
+    if WEIGHTED:
+        out *= tl.load(route_ptr + pair).to(tl.float32)
+    if GATED:
+        gate, up = tl.split(tl.permute(tl.reshape(out, (2, BLOCK_N // 2)), (1, 0)))
+        out = gate / (1.0 + tl.exp(-gate)) * up
+        cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+    row = pair // SUM_PAIRS
+    write_split_output(out[None, :], row + tl.arange(0, 1), cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr,
+                       row * tl.num_programs(0) + pid_n, pair % SUM_PAIRS * SPLIT_K + pid_k, SUM_PAIRS * SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["M"])  # the step's row count: one variant whatever it is, none compiled mid-run
@@ -332,9 +368,11 @@ class Launch:
 
 @functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dtype: torch.dtype,
-         device: torch.device) -> Launch:
+         device: torch.device, pairs: int = 1, whole_k: bool = False) -> Launch:
     """Slice sizes, K splits and grid of ``[m, k] x [n, k]^T`` in ``fmt`` (cached: a decode step
-    asks for the same few shapes over and over)."""
+    asks for the same few shapes over and over); ``pairs`` > 1 (one row): that many such products
+    in one launch (``expert_gemv``), split as one layer of ``pairs * n`` rows; ``whole_k``: no K
+    split."""
     tiling = tiling or default_tiling(m, n, k, fmt, x_dtype, device)
     if m == 1:
         lane_k = lane_units(fmt) * (1 if fmt.fp8 or fmt.dense else 8 if fmt.four_bit else 4)
@@ -346,8 +384,9 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
         block_k = max(block_k, MIN_DOT_K)
     bm = 1 if m == 1 else block_m(m)
     n_tiles, m_tiles, iters = cdiv(n, tiling.block_n), cdiv(m, bm), cdiv(k, block_k)
-    split = tiling.split_k or split_k_for(n_tiles * m_tiles, iters, m, n, tiling.num_warps, device)
-    if split * m * n > WORKSPACE_FLOATS or n_tiles * m_tiles > TILE_COUNTERS:
+    split = 1 if whole_k else tiling.split_k or split_k_for(n_tiles * m_tiles * pairs, iters, m, n,
+                                                            tiling.num_warps, device)
+    if split * m * n * pairs > WORKSPACE_FLOATS or n_tiles * m_tiles * pairs > TILE_COUNTERS:
         split = 1
     per_split = cdiv(iters, split)
     split = cdiv(iters, per_split)  # no split left without a slice
@@ -361,8 +400,9 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
         table = tiling.num_warps > 1 and uses_pair_table(fmt, x_dtype, device)
         units = lane_units(fmt)
         mask_units = units if k % lane_k == 0 else 1  # whole lanes past K: their words need no mask of their own
-        return Launch(_gemv_kernel, (n_tiles, split), dict(constexprs, UNITS=units, MASK_UNITS=mask_units,
-                                                           PREFETCH=prefetch, NF4_TABLE=table))
+        return Launch(_gemv_kernel, (n_tiles, split, pairs), dict(
+            constexprs, UNITS=units, MASK_UNITS=mask_units, PREFETCH=prefetch, NF4_TABLE=table, EXPERTS=False,
+            IDS_READY=False, ROWS_PER_X=1, SUM_PAIRS=1, WEIGHTED=False, GATED=False))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
                   dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))
 
@@ -396,9 +436,53 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
         qweight = qweight.view(torch.uint8)
     if m == 1:
         words = qweight if fmt.fp8 or fmt.dense else qweight.view(torch.int32)  # the GEMV reads 32-bit words
-        launch.kernel[launch.grid](x, words, scales, zeros, codebook, y, workspace, counters, n, k,
-                                   words.stride(0), meta_stride, MAGIC, **launch.constexprs)
+        launch.kernel[launch.grid](x, words, scales, zeros, codebook, y, workspace, counters, y, y, 1, n, k,
+                                   words.stride(0), meta_stride, 0, 0, 0, 0, MAGIC, **launch.constexprs)
     else:
         launch.kernel[launch.grid](x, qweight, scales, zeros, codebook, y, workspace, counters, m, n, k,
                                    x.stride(0), qweight.stride(0), meta_stride, y.stride(0), **launch.constexprs)
+    return y
+
+
+EXPERT_TILING = Tiling(4, 512, num_warps=1, num_stages=1)
+"""``expert_gemv``'s tile for e4m3 and 16-bit experts: one-warp programs of 4 rows (of the MoE
+models' routed experts at batch 1, the L2-cold layer bench's best or within 2% of it)."""
+FOUR_BIT_EXPERT_TILING = Tiling(4, 1024, num_warps=1, num_stages=2)
+"""4-bit experts: the one-row tile of int4 layers (the next slice loaded ahead); one warp, so nf4
+looks its codes up in the given book, not the pair table of the NF4 constants."""
+
+
+def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | None, zeros: torch.Tensor | None,
+                codebook: torch.Tensor | None, fmt: WeightFormat, ids: torch.Tensor, *, rows_per_x: int = 1,
+                route_weights: torch.Tensor | None = None, sum_pairs: int = 1, gated: bool = False,
+                ids_ready: bool = False, out_dtype: torch.dtype | None = None,
+                tiling: Tiling | None = None) -> torch.Tensor:
+    """The one-row GEMV for each (token, expert) pair ``p`` of ``ids [P]`` in one launch:
+    ``y[p] = x[p // rows_per_x] @ W[ids[p]]^T``, ``qweight [E, N, K / codes a byte]`` and its
+    ``scales`` / ``zeros`` (``[E, N]`` or ``[E, N, K / group]``) laid out per expert as
+    ``weight_gemm``'s. ``gated``: W's rows are N / 2 gate rows, then as many up rows, and ``y [P,
+    N / 2]`` is ``silu(gate) * up``. ``route_weights [P]`` scale each pair's row; ``sum_pairs`` (k):
+    ``y [P / k, N]``, each token's k rows summed in the launch. ``ids_ready``: the ids were not
+    written by the launch just before (see ``_gemv_kernel``)."""
+    pairs, k = ids.numel(), x.shape[1]
+    pack = 2 if fmt.four_bit else 1
+    n = qweight.shape[1] // (2 if gated else 1)
+    if qweight.shape[2] * pack != k or not qweight.is_contiguous() or x.stride(1) != 1 or (
+            fmt.four_bit and k % 8):
+        raise ValueError(f"expert GEMV: weights {tuple(qweight.shape)} ({fmt}) for x {tuple(x.shape)}")
+    tiling = tiling or (FOUR_BIT_EXPERT_TILING if fmt.four_bit else EXPERT_TILING)
+    # gated: a program's rows are half gate, half up rows, and the silu needs both sums whole
+    launch = plan(1, qweight.shape[1], k, fmt, tiling, x.dtype, x.device, pairs, whole_k=gated)
+    y = torch.empty((pairs // sum_pairs, n), dtype=out_dtype or x.dtype, device=x.device)
+    workspace, counters = scratch(x.device)
+    words = qweight.view(torch.uint8) if fmt.fp8 else qweight.view(torch.int32) if fmt.four_bit else qweight
+    scales = words if scales is None else scales
+    constexprs = dict(launch.constexprs, EXPERTS=True, IDS_READY=ids_ready, ROWS_PER_X=rows_per_x,
+                      SUM_PAIRS=sum_pairs, WEIGHTED=route_weights is not None, GATED=gated)
+    launch.kernel[launch.grid](x, words, scales, scales if zeros is None else zeros,
+                               scales if codebook is None else codebook, y, workspace, counters, ids,
+                               y if route_weights is None else route_weights, y.shape[0], n, k, words.stride(1),
+                               scales.stride(1) if fmt.four_bit else 1, words.stride(0),
+                               0 if scales is words else scales.stride(0), x.stride(0), y.stride(0), MAGIC,
+                               **constexprs)
     return y
