@@ -338,8 +338,9 @@ def gemv_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tensor 
                  dtype: torch.dtype) -> WeightFormat | None:
     """The one-row GEMV's format for experts ``w`` of K inputs (e4m3, 4-bit codes in groups of a
     power of two from 16, or float weights of the activations' ``dtype``), where K fills its loads
-    (whole runs of 8); None where not."""
-    if k % 8:
+    (whole runs of 8) and its rows are contiguous (4-bit: whole 32-bit words); None where not."""
+    if k % 8 or w.stride(2) != 1 or (w.dtype == torch.uint8 and (w.stride(0) % 4 or w.stride(1) % 4
+                                                                  or w.storage_offset() % 4)):
         return None
     if w.dtype == torch.float8_e4m3fn:
         return WeightFormat(four_bit=False, fp8=True)

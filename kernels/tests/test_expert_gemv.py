@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fastllm_kernels.quant.dequant import NF4_CODES
-from fastllm_kernels.quant.weight_gemm import Tiling, WeightFormat, expert_gemv
+from fastllm_kernels.quant.weight_gemm import EXPERT_TILING, Tiling, WeightFormat, expert_gemv
 from fastllm_kernels.split_k import scratch
 from kernel_testing import DEVICE, four_bit, fp8_per_channel, randn, rel_err
 
@@ -53,15 +53,17 @@ def checked(fn):
     return out
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_gated_rows_give_silu_of_gate_times_up_for_each_pair(fmt):
+@pytest.mark.parametrize("fmt,tiling", [(fmt, None) for fmt in FORMATS] + [("fp8", EXPERT_TILING)])
+def test_gated_rows_give_silu_of_gate_times_up_for_each_pair(fmt, tiling):
+    """Default tiles (off the GPU: 32 rows a program) and the GPU's 4-row one (2 gate, 2 up rows)."""
     tokens, top_k, num_experts, inner, hidden = 2, 3, 8, 37, 96
     dtype = torch.float32 if fmt == "float32" else torch.float16
     q, quant, weight_format, values = experts(fmt, randn(num_experts, 2 * inner, hidden, dtype=torch.float32) / 10)
     x = randn(tokens, hidden, dtype=dtype)
     ids = pairs_of(tokens, top_k, num_experts)
 
-    act = checked(lambda: expert_gemv(x, q, **quant, fmt=weight_format, ids=ids, rows_per_x=top_k, gated=True))
+    act = checked(lambda: expert_gemv(x, q, **quant, fmt=weight_format, ids=ids, rows_per_x=top_k, gated=True,
+                                      tiling=tiling))
 
     products = torch.einsum("ph,pnh->pn", x.double().repeat_interleave(top_k, 0), values[ids.cpu()].to(DEVICE))
     gate, up = products.split(inner, dim=1)

@@ -27,7 +27,7 @@ layout and makes the codes x's dtype there (magic numbers in 16 bits, no I2F eit
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -452,6 +452,13 @@ FOUR_BIT_EXPERT_TILING = Tiling(4, 1024, num_warps=1, num_stages=2)
 looks its codes up in the given book, not the pair table of the NF4 constants."""
 
 
+def expert_tiling(fmt: WeightFormat, device: torch.device) -> Tiling:
+    """``expert_gemv``'s default tile; off an NVIDIA GPU (the interpreter runs the programs one after
+    another) programs of 32 rows: eight times fewer, the same sums."""
+    tiling = FOUR_BIT_EXPERT_TILING if fmt.four_bit else EXPERT_TILING
+    return tiling if compiled_nvidia(device) else replace(tiling, block_n=32)
+
+
 def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | None, zeros: torch.Tensor | None,
                 codebook: torch.Tensor | None, fmt: WeightFormat, ids: torch.Tensor, *, rows_per_x: int = 1,
                 route_weights: torch.Tensor | None = None, sum_pairs: int = 1, gated: bool = False,
@@ -467,10 +474,9 @@ def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | N
     pairs, k = ids.numel(), x.shape[1]
     pack = 2 if fmt.four_bit else 1
     n = qweight.shape[1] // (2 if gated else 1)
-    if qweight.shape[2] * pack != k or not qweight.is_contiguous() or x.stride(1) != 1 or (
-            fmt.four_bit and k % 8):
+    if qweight.shape[2] * pack != k or qweight.stride(2) != 1 or x.stride(1) != 1 or (fmt.four_bit and k % 8):
         raise ValueError(f"expert GEMV: weights {tuple(qweight.shape)} ({fmt}) for x {tuple(x.shape)}")
-    tiling = tiling or (FOUR_BIT_EXPERT_TILING if fmt.four_bit else EXPERT_TILING)
+    tiling = tiling or expert_tiling(fmt, x.device)
     # gated: a program's rows are half gate, half up rows, and the silu needs both sums whole
     launch = plan(1, qweight.shape[1], k, fmt, tiling, x.dtype, x.device, pairs, whole_k=gated)
     y = torch.empty((pairs // sum_pairs, n), dtype=out_dtype or x.dtype, device=x.device)
