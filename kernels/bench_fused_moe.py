@@ -217,12 +217,12 @@ of a token's pairs and L2 prefetches of the down weights lost to every default h
 GEMV_VARIANTS = {  # name: the one-row GEMV's tile over the pairs (``expert_gemv``), None: its default
     "gemv": None,
     "gemv, summed": None,
-    "gemv 4 rows 1 warp": Tiling(4, 512, num_warps=1, num_stages=1),
     "gemv 8 rows 1 warp": Tiling(8, 512, num_warps=1, num_stages=1),
     "gemv 8 rows 2 warps": Tiling(8, 1024, num_warps=2, num_stages=1),
     "gemv 16 rows 2 warps": Tiling(16, 512, num_warps=2, num_stages=1),
 }
-"""Both GEMMs as the one-row GEMV over the pairs; ``summed``: the down launch adds each token's k rows."""
+"""Both GEMMs as the one-row GEMV over the pairs (the default tile: 4 rows, 1 warp, ``EXPERT_TILING``);
+``summed``: the down launch adds each token's k rows."""
 
 
 def adjusted(tiling: MoeTiling, changes: dict) -> MoeTiling:
