@@ -220,6 +220,10 @@ GEMV_VARIANTS = {  # name: the one-row GEMV's tile over the pairs (``expert_gemv
     "gemv 8 rows 1 warp": Tiling(8, 512, num_warps=1, num_stages=1),
     "gemv 8 rows 2 warps": Tiling(8, 1024, num_warps=2, num_stages=1),
     "gemv 16 rows 2 warps": Tiling(16, 512, num_warps=2, num_stages=1),
+    "gemv 4 rows ahead": Tiling(4, 512, num_warps=1, num_stages=2),
+    "gemv 4 rows 1024": Tiling(4, 1024, num_warps=1, num_stages=1),
+    "gemv 4 rows 1024 ahead": Tiling(4, 1024, num_warps=1, num_stages=2),
+    "gemv 4 rows 1024 2 warps": Tiling(4, 1024, num_warps=2, num_stages=1),
 }
 """Both GEMMs as the one-row GEMV over the pairs (the default tile: 4 rows, 1 warp, ``EXPERT_TILING``);
 ``summed``: the down launch adds each token's k rows."""

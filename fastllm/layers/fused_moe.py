@@ -152,6 +152,9 @@ class TopKRouter(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, H]`` -> (``topk_weights [T, k]`` float32, ``topk_ids [T, k]``)."""
+        if hidden.shape[0] == 1 and self.kernels is not None and hasattr(self.kernels, "router_topk"):
+            return self.kernels.router_topk(hidden, self.weight, self.top_k, self.renormalize, self.norm_min,
+                                            self.e_score_correction_bias, round_logits=not self.float32_logits)
         if self.weight_terms is not None and hidden.dtype == torch.bfloat16:
             logits = self.kernels.float32_router_logits(hidden, self.weight_terms)  # [T, 3, E]: topk_softmax sums them
         elif self.float32_logits:

@@ -8,7 +8,7 @@ from fastllm_kernels.fused_moe import fused_experts
 from fastllm_kernels.kv_cache import rotary_write_kv_cache, write_kv_cache
 from fastllm_kernels.linear import linear
 from fastllm_kernels.moe_align import one_pair_a_block
-from fastllm_kernels.moe_routing import bfloat16_terms, float32_router_logits, topk_softmax
+from fastllm_kernels.moe_routing import bfloat16_terms, float32_router_logits, router_topk, topk_softmax
 from fastllm_kernels.lora import lora_expand, lora_expand_tokens, lora_shrink, lora_shrink_tokens, lora_tiles
 from fastllm_kernels.rms_norm import fused_add_rms_norm, rms_norm
 from fastllm_kernels.rotary import rotary_embedding
@@ -34,6 +34,7 @@ __all__ = [
     "rms_norm",
     "rotary_embedding",
     "rotary_write_kv_cache",
+    "router_topk",
     "sample_top_k_top_p",
     "silu_and_mul",
     "topk_softmax",

@@ -1,7 +1,8 @@
 """MoE routing after the router's logits: softmax, top-k (optionally chosen on scores with a
 correction bias, weighted by the softmax alone), renormalisation; one launch instead of the
 six torch ops (softmax, add, topk, gather, sum, divide) that cost a batch-1 decode step more in
-launches than in work, once per MoE layer.
+launches than in work, once per MoE layer. For one token (batch-1 decode) the router's GEMV
+and the routing are one launch (``router_topk``).
 """
 
 from __future__ import annotations
@@ -14,22 +15,15 @@ from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.linear import DENSE, gemv_applies
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.weight_gemm import weight_gemm
+from fastllm_kernels.split_k import scratch
 
 
 @triton.jit
-def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts, stride_row, stride_term,
-                         norm_min, TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr,
-                         TERMS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
-    """One token a program: its ``TERMS`` partial logits summed, float32 softmax, then ``TOP_K``
-    rounds of argmax (the lowest expert on ties), each winner masked out of the scores."""
-    wait_for_inputs(PDL)
-    row = tl.program_id(0).to(tl.int64)
-    expert = tl.arange(0, EXPERTS)
-    valid = expert < num_experts
-    logits = tl.load(logits_ptr + row * stride_row + expert, mask=valid, other=-float("inf")).to(tl.float32)
-    for term in tl.static_range(1, TERMS):
-        logits += tl.load(logits_ptr + row * stride_row + term * stride_term + expert, mask=valid,
-                          other=0.0).to(tl.float32)
+def _route(logits, expert, valid, bias_ptr, weights_ptr, ids_ptr, row, norm_min, TOP_K: tl.constexpr,
+           SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr):
+    """One token's float32 ``logits [EXPERTS]`` (``-inf`` where not ``valid``): softmax, then
+    ``TOP_K`` rounds of argmax (the lowest expert on ties), each winner masked out of the scores;
+    stores the weights and ids of row ``row``."""
     probs = tl.exp(logits - tl.max(logits, 0))
     probs = probs / tl.sum(probs, 0)
     scores = probs
@@ -48,6 +42,53 @@ def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts
         weights = weights / tl.maximum(tl.sum(weights, 0), norm_min)
     tl.store(weights_ptr + row * TOP_K + slot, weights, mask=slot < TOP_K)
     tl.store(ids_ptr + row * TOP_K + slot, chosen, mask=slot < TOP_K)
+
+
+@triton.jit
+def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts, stride_row, stride_term,
+                         norm_min, TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr,
+                         TERMS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
+    """One token a program: its ``TERMS`` partial logits summed, then routed."""
+    wait_for_inputs(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    expert = tl.arange(0, EXPERTS)
+    valid = expert < num_experts
+    logits = tl.load(logits_ptr + row * stride_row + expert, mask=valid, other=-float("inf")).to(tl.float32)
+    for term in tl.static_range(1, TERMS):
+        logits += tl.load(logits_ptr + row * stride_row + term * stride_term + expert, mask=valid,
+                          other=0.0).to(tl.float32)
+    _route(logits, expert, valid, bias_ptr, weights_ptr, ids_ptr, row, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
+           RENORMALIZE)
+
+
+@triton.jit
+def _router_topk_kernel(x_ptr, w_ptr, bias_ptr, logits_ptr, lock_ptr, weights_ptr, ids_ptr, num_experts, K,
+                        norm_min, BLOCK_K: tl.constexpr, ROUND: tl.constexpr, TOP_K: tl.constexpr,
+                        SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
+    """One token: program ``e`` takes expert ``e``'s logit (its weight row, loaded before the wait:
+    no kernel writes it), parks it in float32 and bumps an arrival counter; the last program to
+    arrive routes the token (as ``split_k``'s GEMMs meet). ``ROUND``: the logit rounds to x's dtype
+    first, as a 16-bit router's output does."""
+    expert_row = tl.program_id(0)
+    ks = tl.arange(0, BLOCK_K)
+    inside = ks < K
+    w = tl.load(w_ptr + expert_row.to(tl.int64) * K + ks, mask=inside, other=0.0)
+    wait_for_inputs(PDL)
+    x = tl.load(x_ptr + ks, mask=inside, other=0.0)
+    logit = tl.sum(w.to(tl.float32) * x.to(tl.float32), 0)
+    if ROUND:
+        logit = logit.to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(logits_ptr + expert_row, logit)
+    tl.debug_barrier()  # the logit is out before the release below
+    arrived = tl.atomic_add(lock_ptr, 1, sem="acq_rel", scope="gpu")
+    if arrived == num_experts - 1:
+        expert = tl.arange(0, EXPERTS)
+        valid = expert < num_experts
+        logits = tl.load(logits_ptr + expert, mask=valid, other=-float("inf"), cache_modifier=".cg")
+        _route(logits, expert, valid, bias_ptr, weights_ptr, ids_ptr, 0, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
+               RENORMALIZE)
+        tl.atomic_xchg(lock_ptr, 0)
 
 
 def topk_softmax(logits: torch.Tensor, top_k: int, renormalize: bool = True, norm_min: float = 0.0,
@@ -70,6 +111,31 @@ def topk_softmax(logits: torch.Tensor, top_k: int, renormalize: bool = True, nor
             SLOTS=next_power_of_2(top_k), EXPERTS=next_power_of_2(num_experts), TERMS=terms,
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize, num_warps=1 if num_experts <= 256 else 4,
             **pdl_launch(logits.device))
+    return weights, ids
+
+
+def router_topk(hidden: torch.Tensor, weight: torch.Tensor, top_k: int, renormalize: bool = True,
+                norm_min: float = 0.0, correction_bias: torch.Tensor | None = None,
+                round_logits: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token's router and routing in one launch (batch-1 decode): ``hidden [1, H]`` against
+    ``weight [E, H]`` (hidden's dtype, or float32: ERNIE's router) -> ``topk_softmax(hidden @
+    weight.T, ...)``. A decode step's MoE layer otherwise spends two dependent launches here, each
+    a few microseconds of latency for a few hundred KiB. ``round_logits``: the logits round to
+    hidden's dtype before the softmax, as a 16-bit router's output does."""
+    num_experts, features = weight.shape
+    if hidden.shape != (1, features) or weight.stride(1) != 1 or weight.stride(0) != features:
+        raise ValueError(f"router_topk takes one row of {features} features and a contiguous weight, "
+                         f"got {tuple(hidden.shape)} and {tuple(weight.shape)}")
+    hidden = hidden.contiguous()
+    workspace, counters = scratch(hidden.device)
+    weights = torch.empty((1, top_k), dtype=torch.float32, device=hidden.device)
+    ids = torch.empty((1, top_k), dtype=torch.int64, device=hidden.device)
+    bias = weight if correction_bias is None else correction_bias.reshape(-1)
+    _router_topk_kernel[(num_experts,)](
+        hidden, weight, bias, workspace, counters, weights, ids, num_experts, features, norm_min,
+        BLOCK_K=next_power_of_2(features), ROUND=round_logits, TOP_K=top_k, SLOTS=next_power_of_2(top_k),
+        EXPERTS=next_power_of_2(num_experts), HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
+        num_warps=4, **pdl_launch(hidden.device))
     return weights, ids
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fastllm_kernels.moe_routing import bfloat16_terms, topk_softmax
+from fastllm_kernels.moe_routing import bfloat16_terms, router_topk, topk_softmax
 from kernel_testing import DEVICE, DTYPES, randn
 
 
@@ -67,3 +67,36 @@ def test_bfloat16_terms_sum_to_the_float32_weight():
     rebuilt = terms.double().view(3, 64, 256).sum(0)
     assert ((rebuilt - weight.double()).abs() <= weight.double().abs() * 2.0**-24).all()
     assert not torch.equal(terms[64:], torch.zeros_like(terms[64:]))  # the smaller terms carry bits
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("features,experts,top_k,renormalize,norm_min,with_bias,float32_weight", [
+    (64, 8, 2, True, 0.0, False, False),      # Mixtral-like
+    (96, 128, 8, True, 0.0, False, False),    # Qwen3-MoE; features not a power of two
+    (80, 60, 4, False, 0.0, False, False),    # experts not a power of two, raw softmax weights
+    (160, 64, 6, True, 1e-12, True, True),    # ERNIE-4.5: float32 router, bias-corrected choice
+])
+def test_router_topk_routes_one_token_as_router_then_topk_softmax(dtype, features, experts, top_k, renormalize,
+                                                                  norm_min, with_bias, float32_weight):
+    torch.manual_seed(experts)
+    hidden = randn(1, features, dtype=dtype)
+    weight = randn(experts, features, dtype=torch.float32 if float32_weight else dtype) / 4
+    bias = torch.rand(experts, device=DEVICE) / 4 if with_bias else None
+
+    for _ in range(2):  # the arrival counter resets itself: a second call routes alike
+        weights, ids = router_topk(hidden, weight, top_k, renormalize, norm_min, bias, round_logits=not float32_weight)
+
+    logits = hidden.double() @ weight.double().t()
+    if not float32_weight:  # a 16-bit router's logits are 16-bit
+        logits = logits.to(dtype).double()
+    ref_weights, ref_ids = routing_ref(logits, top_k, renormalize, norm_min, bias)
+    probs = torch.softmax(logits, dim=-1)
+    scores = probs if bias is None else probs + bias.double()
+    assert weights.dtype == torch.float32 and ids.dtype == torch.int64 and ids.shape == (1, top_k)
+    assert torch.equal(scores.gather(-1, ids), scores.gather(-1, ref_ids))  # ties: any tied expert is right
+    assert torch.allclose(weights.double(), ref_weights, rtol=1e-4, atol=1e-6)
+
+
+def test_router_topk_takes_one_row_only():
+    with pytest.raises(ValueError, match="one row"):
+        router_topk(randn(2, 64, dtype=torch.float32), randn(8, 64, dtype=torch.float32), 2)
