@@ -135,7 +135,9 @@ def router_topk(hidden: torch.Tensor, weight: torch.Tensor, top_k: int, renormal
         hidden, weight, bias, workspace, counters, weights, ids, num_experts, features, norm_min,
         BLOCK_K=next_power_of_2(features), ROUND=round_logits, TOP_K=top_k, SLOTS=next_power_of_2(top_k),
         EXPERTS=next_power_of_2(num_experts), HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
-        num_warps=4, **pdl_launch(hidden.device))
+        # one warp while a row fits its registers: the last program's argmax rounds stay in shuffles
+        num_warps=max(1, min(8, next_power_of_2(features) * weight.element_size() // 16384)),
+        **pdl_launch(hidden.device))
     return weights, ids
 
 
