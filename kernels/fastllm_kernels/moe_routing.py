@@ -11,11 +11,14 @@ import torch
 import triton
 import triton.language as tl
 
-from fastllm_kernels.host_math import next_power_of_2
+from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.linear import DENSE, gemv_applies
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.weight_gemm import weight_gemm
 from fastllm_kernels.split_k import scratch
+
+ROUTER_ROW_BYTES = 8192  # router weight bytes a program of the one-token routing takes, if more than a row
+ROUTER_WARP_BYTES = 16384  # of a row, a warp's registers hold
 
 
 @triton.jit
@@ -63,30 +66,30 @@ def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts
 
 @triton.jit
 def _router_topk_kernel(x_ptr, w_ptr, bias_ptr, logits_ptr, lock_ptr, weights_ptr, ids_ptr, num_experts, K,
-                        norm_min, BLOCK_K: tl.constexpr, ROUND: tl.constexpr, TOP_K: tl.constexpr,
-                        SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        norm_min, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, ROUND: tl.constexpr,
+                        TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr,
                         RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
-    """One token: program ``e`` takes expert ``e``'s logit (its weight row, loaded before the wait:
-    no kernel writes it), parks it in float32 and bumps an arrival counter; the last program to
-    arrive routes the token (as ``split_k``'s GEMMs meet). ``ROUND``: the logit rounds to x's dtype
-    first, as a 16-bit router's output does."""
-    expert_row = tl.program_id(0)
+    """One token: a program takes ``ROWS`` experts' logits (their weight rows, loaded before the
+    wait: no kernel writes them), parks them in float32 and bumps an arrival counter; the last
+    program to arrive routes the token (as ``split_k``'s GEMMs meet). ``ROUND``: the logits round
+    to x's dtype first, as a 16-bit router's output does."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     ks = tl.arange(0, BLOCK_K)
-    inside = ks < K
-    w = tl.load(w_ptr + expert_row.to(tl.int64) * K + ks, mask=inside, other=0.0)
+    inside = (rows[:, None] < num_experts) & (ks[None, :] < K)
+    w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + ks[None, :], mask=inside, other=0.0)
     wait_for_inputs(PDL)
-    x = tl.load(x_ptr + ks, mask=inside, other=0.0)
-    logit = tl.sum(w.to(tl.float32) * x.to(tl.float32), 0)
+    x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
+    logits = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     if ROUND:
-        logit = logit.to(x_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(logits_ptr + expert_row, logit)
-    tl.debug_barrier()  # the logit is out before the release below
+        logits = logits.to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(logits_ptr + rows, logits, mask=rows < num_experts)
+    tl.debug_barrier()  # the logits are out before the release below
     arrived = tl.atomic_add(lock_ptr, 1, sem="acq_rel", scope="gpu")
-    if arrived == num_experts - 1:
+    if arrived == tl.num_programs(0) - 1:
         expert = tl.arange(0, EXPERTS)
         valid = expert < num_experts
-        logits = tl.load(logits_ptr + expert, mask=valid, other=-float("inf"), cache_modifier=".cg")
-        _route(logits, expert, valid, bias_ptr, weights_ptr, ids_ptr, 0, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
+        every = tl.load(logits_ptr + expert, mask=valid, other=-float("inf"), cache_modifier=".cg")
+        _route(every, expert, valid, bias_ptr, weights_ptr, ids_ptr, 0, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
                RENORMALIZE)
         tl.atomic_xchg(lock_ptr, 0)
 
@@ -131,13 +134,16 @@ def router_topk(hidden: torch.Tensor, weight: torch.Tensor, top_k: int, renormal
     weights = torch.empty((1, top_k), dtype=torch.float32, device=hidden.device)
     ids = torch.empty((1, top_k), dtype=torch.int64, device=hidden.device)
     bias = weight if correction_bias is None else correction_bias.reshape(-1)
-    _router_topk_kernel[(num_experts,)](
-        hidden, weight, bias, workspace, counters, weights, ids, num_experts, features, norm_min,
-        BLOCK_K=next_power_of_2(features), ROUND=round_logits, TOP_K=top_k, SLOTS=next_power_of_2(top_k),
+    block_k = next_power_of_2(features)
+    # a few rows a program, so that fewer programs meet on the one counter; one warp while a row
+    # fits its registers, so that the last program's argmax rounds stay in shuffles
+    row_bytes = block_k * weight.element_size()
+    rows = min(max(1, ROUTER_ROW_BYTES // row_bytes), next_power_of_2(num_experts))
+    _router_topk_kernel[(cdiv(num_experts, rows),)](
+        hidden, weight, bias, workspace, counters, weights, ids, num_experts, features, norm_min, ROWS=rows,
+        BLOCK_K=block_k, ROUND=round_logits, TOP_K=top_k, SLOTS=next_power_of_2(top_k),
         EXPERTS=next_power_of_2(num_experts), HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
-        # one warp while a row fits its registers: the last program's argmax rounds stay in shuffles
-        num_warps=max(1, min(8, next_power_of_2(features) * weight.element_size() // 16384)),
-        **pdl_launch(hidden.device))
+        num_warps=max(1, min(8, row_bytes // ROUTER_WARP_BYTES)), **pdl_launch(hidden.device))
     return weights, ids
 
 
