@@ -13,7 +13,7 @@ import triton.language as tl
 
 from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.linear import DENSE, gemv_applies
-from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
+from fastllm_kernels.pdl import pdl_launch, release_dependents, wait_for_inputs, wait_for_inputs_held
 from fastllm_kernels.quant.weight_gemm import weight_gemm
 from fastllm_kernels.split_k import scratch
 
@@ -77,7 +77,7 @@ def _router_topk_kernel(x_ptr, w_ptr, bias_ptr, logits_ptr, lock_ptr, weights_pt
     ks = tl.arange(0, BLOCK_K)
     inside = (rows[:, None] < num_experts) & (ks[None, :] < K)
     w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + ks[None, :], mask=inside, other=0.0)
-    wait_for_inputs(PDL)
+    wait_for_inputs_held(PDL)  # the experts' GEMV launches when the last program routes
     x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
     logits = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     if ROUND:
@@ -86,6 +86,7 @@ def _router_topk_kernel(x_ptr, w_ptr, bias_ptr, logits_ptr, lock_ptr, weights_pt
     tl.debug_barrier()  # the logits are out before the release below
     arrived = tl.atomic_add(lock_ptr, 1, sem="acq_rel", scope="gpu")
     if arrived == tl.num_programs(0) - 1:
+        release_dependents(PDL)
         expert = tl.arange(0, EXPERTS)
         valid = expert < num_experts
         every = tl.load(logits_ptr + expert, mask=valid, other=-float("inf"), cache_modifier=".cg")

@@ -55,6 +55,23 @@ def wait_for_inputs(PDL: tl.constexpr, RELEASE_FIRST: tl.constexpr = False):
             gdc_launch_dependents()
 
 
+@triton.jit
+def wait_for_inputs_held(PDL: tl.constexpr):
+    """Wait as ``wait_for_inputs`` does but do not let the next kernel launch: it launches when
+    every program has called ``release_dependents`` or exited. For a kernel whose last program
+    finishes the work alone (an arrival counter): the next kernel's programs, launched early,
+    would sit in the SMs' places waiting on it, and a second stream's kernels could not start."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
+def release_dependents(PDL: tl.constexpr):
+    """Let the next kernel launch (after ``wait_for_inputs_held``)."""
+    if PDL:
+        gdc_launch_dependents()
+
+
 @functools.lru_cache(maxsize=None)
 def _enabled(device: torch.device) -> bool:
     if not _TRITON_HAS_PDL or not compiled_nvidia(device):
