@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from types import ModuleType
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -46,11 +46,12 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   w2_scale: Optional[torch.Tensor] = None, kernels: Optional[ModuleType] = None,
                   w13_zero: Optional[torch.Tensor] = None, w2_zero: Optional[torch.Tensor] = None,
                   book: Optional[torch.Tensor] = None, pair_rows: bool = False,
-                  addend: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  addend: Union[torch.Tensor, Callable[[], torch.Tensor], None] = None) -> torch.Tensor:
     """``hidden [T, H]`` through each token's ``k`` experts, weighted and summed -> ``[T, H]``.
     ``pair_rows``: the kernels may instead return the weighted rows unsummed, ``[T, k, H]``
     (float32), for a norm that adds them (``RMSNorm`` takes summands). ``addend [T, H]`` (the
-    shared experts' output) is added to the sum (the kernels, in the pass that sums the rows).
+    shared experts' output) is added to the sum (the kernels, in the pass that sums the rows); it
+    may be a function that returns it, called right before that pass.
 
     ``topk_weights [T, k]`` float32, ``topk_ids [T, k]`` integer indices into ``w13``/``w2``'s
     first dimension. ``w13_scale [E, 2I]`` / ``w2_scale [E, H]``: the weights are float8 with
@@ -67,6 +68,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                                      **{name: value for name, value in options.items() if value is not None})
     out = fused_experts_reference(hidden, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale,
                                   w13_zero, w2_zero, book)
+    if callable(addend):
+        addend = addend()
     return out if addend is None else out + addend
 
 
@@ -240,14 +243,14 @@ class FusedMoE(nn.Module):
         """Every token's routes to this rank's experts, the ranks' parts summed. On one rank the
         shared experts' output joins the pass that sums the routed rows; over ranks it is added
         after the all-reduce (the shared MLP reduces its own). Where the down GEMM sums the rows
-        itself (one pair a block: small decode batches) there is no such pass, and the shared
-        experts run beside router and routed experts (``platforms.side_stream``: on a second CUDA
-        stream; one rank, so no collective runs there)."""
+        itself (one pair a block: small decode batches) the shared experts run beside router and
+        routed experts (``platforms.side_stream``: on a second CUDA stream; one rank, so no
+        collective runs there) and join that GEMM, which adds their output."""
         if self.shared_experts is not None and tp_size() == 1:
             if self._one_pair_a_block(hidden.shape[0] * self.gate.top_k):
-                shared, routed = run_beside(lambda: self.shared_experts(hidden),
-                                            lambda: self._local_experts(hidden, *self._routes(hidden)), hidden)
-                return routed + shared
+                return run_beside(lambda: self.shared_experts(hidden),
+                                  lambda shared: self._local_experts(hidden, *self._routes(hidden), addend=shared),
+                                  hidden)
             return self._local_experts(hidden, *self._routes(hidden), addend=self.shared_experts(hidden))
         pair_rows = self.leaves_pair_sum and self.shared_experts is None and tp_size() == 1
         out = all_reduce(self._local_experts(hidden, *self._routes(hidden), pair_rows))
@@ -266,7 +269,8 @@ class FusedMoE(nn.Module):
             pairs, self.w13.shape[0])
 
     def _local_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
-                       pair_rows: bool = False, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
+                       pair_rows: bool = False,
+                       addend: Union[torch.Tensor, Callable[[], torch.Tensor], None] = None) -> torch.Tensor:
         """Routes given as indices into this rank's experts, weighted and summed (or, with
         ``pair_rows``, possibly left unsummed: ``fused_experts``), plus ``addend`` if given."""
         return fused_experts(hidden, self.w13, self.w2, topk_weights, topk_ids, self.activation, self.w13_scale,

@@ -23,6 +23,7 @@ and many loads in flight, not tensor-core tiles whose rows are padding.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -274,7 +275,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   w2_scale: torch.Tensor | None = None, w13_zero: torch.Tensor | None = None,
                   w2_zero: torch.Tensor | None = None, book: torch.Tensor | None = None,
                   tilings: tuple[MoeTiling, MoeTiling] | None = None, pair_rows: bool = False,
-                  addend: torch.Tensor | None = None) -> torch.Tensor:
+                  addend: torch.Tensor | Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
     """``hidden [T, H]``, ``w13 [E, 2I, H]`` (gate rows, then up rows), ``w2 [E, H, I]``,
     ``topk_weights [T, k]`` (float32), ``topk_ids [T, k]`` -> ``[T, H]`` in hidden's dtype:
     ``sum_j w_j * down_e(silu(gate_e(x)) * up_e(x))`` over each token's experts ``e = ids[j]``.
@@ -287,8 +288,9 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     runs of 8 or ``FASTLLM_MOE_GEMV=0``. ``pair_rows``: where the pairs go one a
     block (batch-1 decode), return each token's k weighted rows unsummed, ``[T, k, H]`` float32, for a
     consumer that adds them (``fused_add_rms_norm``'s summands): no pair sum in this launch.
-    ``addend [T, H]`` (the shared experts' output) is added to the sum, in the same pass where
-    the pairs are summed by their own launch (``sum_pairs``)."""
+    ``addend [T, H]`` (the shared experts' output) is added to the sum, in the launch that sums
+    the pairs; or a function that returns it, called right before that launch (the shared experts
+    on a second stream, joined there: ``platforms.side_stream``)."""
     if activation != "silu":
         raise ValueError(f"fused_experts supports activation='silu', not {activation!r}")
     tokens, top_k = topk_ids.shape
@@ -306,6 +308,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                      "book": book}
             return _experts_by_gemv(hidden.contiguous(), w13, w2, topk_weights, topk_ids, gemv, quant, pair_rows,
                                     addend)
+    if callable(addend):
+        addend = addend()
     gate_up, down = tilings or default_tilings(num_pairs, num_experts, hidden.element_size(), w13.element_size())
     formats = {"w_zero": w13_zero, "book": book}, {"w_zero": w2_zero, "book": book}
     hidden = hidden.contiguous()
@@ -354,14 +358,14 @@ def gemv_format(w: torch.Tensor, scale: torch.Tensor | None, zero: torch.Tensor 
 
 def _experts_by_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                      topk_ids: torch.Tensor, formats: tuple[WeightFormat, WeightFormat], quant: dict,
-                     pair_rows: bool, addend: torch.Tensor | None) -> torch.Tensor:
+                     pair_rows: bool, addend: torch.Tensor | Callable[[], torch.Tensor] | None) -> torch.Tensor:
     """``fused_experts`` at one pair a block as two launches of the one-row GEMV over the pairs
     (``expert_gemv``): gate and up with the SiLU-and-mul, then down with the routing weights and
     each token's k rows summed (or, ``pair_rows``, left to the consumer). Decode at one pair a block
     is a weight stream, and the GEMV is the kernel built to stream weights: small programs, many
     loads in flight, no tensor-core tile of padding rows; the down launch loads its experts' first
-    slices under the gate/up launch (the ids were written before it). ``quant``: fused_experts'
-    scale, zero and book keywords."""
+    slices under the gate/up launch (the ids were written before it) and adds ``addend`` to its
+    sums. ``quant``: fused_experts' scale, zero and book keywords."""
     tokens, top_k = topk_ids.shape
     ids = topk_ids.reshape(-1).contiguous()
     weights = topk_weights.reshape(-1).contiguous()
@@ -369,12 +373,14 @@ def _experts_by_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, 
     act = expert_gemv(hidden, w13, quant["w13_scale"], quant["w13_zero"], book, formats[0], ids, rows_per_x=top_k,
                       gated=True)
     down = {"route_weights": weights, "ids_ready": True}
+    if callable(addend):
+        addend = addend()
     if pair_rows:
         rows = expert_gemv(act, w2, quant["w2_scale"], quant["w2_zero"], book, formats[1], ids,
                            out_dtype=torch.float32, **down)
         return rows.view(tokens, top_k, -1) if addend is None else sum_pairs(rows.view(tokens, top_k, -1), addend)
-    out = expert_gemv(act, w2, quant["w2_scale"], quant["w2_zero"], book, formats[1], ids, sum_pairs=top_k, **down)
-    return out if addend is None else out.add_(addend)
+    return expert_gemv(act, w2, quant["w2_scale"], quant["w2_zero"], book, formats[1], ids, sum_pairs=top_k,
+                       addend=addend, **down)
 
 
 @triton.jit

@@ -38,12 +38,15 @@ def _scratch(device: torch.device, stream: int) -> tuple[torch.Tensor, torch.Ten
 
 @triton.jit
 def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr, tile, pid_k,
-                       SPLIT_K: tl.constexpr):
-    """Store ``acc [R, C]`` (fp32), or, split along K, park it and let the last split add them all."""
+                       SPLIT_K: tl.constexpr, addend_ptr=None, HAS_ADDEND: tl.constexpr = False):
+    """Store ``acc [R, C]`` (fp32), or, split along K, park it and let the last split add them all;
+    ``HAS_ADDEND``: plus ``addend`` (laid out as y), added to the float32 sum."""
     mask = (rows[:, None] < M) & (cols[None, :] < N)
-    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
+    y_offsets = rows[:, None] * stride_ym + cols[None, :]
     if SPLIT_K == 1:
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+        if HAS_ADDEND:
+            acc += tl.load(addend_ptr + y_offsets, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + y_offsets, acc.to(y_ptr.dtype.element_ty), mask=mask)
     else:
         ws_ptrs = ws_ptr + rows[:, None] * N + cols[None, :]
         tl.store(ws_ptrs + pid_k * M * N, acc, mask=mask)
@@ -53,5 +56,7 @@ def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr
             total = tl.zeros_like(acc)
             for split in range(SPLIT_K):
                 total += tl.load(ws_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
+            if HAS_ADDEND:
+                total += tl.load(addend_ptr + y_offsets, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_ptr + y_offsets, total.to(y_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(lock_ptr + tile, 0)

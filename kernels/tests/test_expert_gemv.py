@@ -3,8 +3,8 @@ products of the dequantized experts.
 
 Gate/up: each pair's gate and up rows (half a program's rows each, a partial column tile) and
 their SiLU-and-mul; down: each pair's row weighted, a token's k rows summed like K splits (also with
-K itself split, partials in a NaN-poisoned workspace), the counters back at zero. Slots of one token
-on one expert, K past the last whole slice.
+K itself split, partials in a NaN-poisoned workspace), the counters back at zero, and an addend (the
+shared experts' output) joining the sums. Slots of one token on one expert, K past the last whole slice.
 """
 
 from __future__ import annotations
@@ -92,6 +92,31 @@ def test_down_rows_are_weighted_and_each_tokens_pairs_summed(fmt, summed, tiling
     expected = rows.view(tokens, top_k, hidden).sum(1) if summed else rows
     assert out.shape == expected.shape and out.dtype == (dtype if summed else torch.float32)
     assert rel_err(out, expected) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("fmt,summed,tiling", [("fp8", True, None), ("float32", False, None), ("fp8", True, SPLIT_K),
+                                                ("float16", False, SPLIT_K)])
+def test_down_sums_take_the_addend(fmt, summed, tiling):
+    """The shared experts' output joins the float32 sum in the launch: a token's summed pairs, or
+    each pair's row; as the last of the K splits arrives, or as the one split stores."""
+    tokens, top_k, num_experts, hidden, inner = 2, 3, 8, 38, 64
+    dtype = torch.float32 if fmt == "float32" else torch.float16
+    q, quant, weight_format, values = experts(fmt, randn(num_experts, hidden, inner, dtype=torch.float32) / 8)
+    act = randn(tokens * top_k, inner, dtype=dtype)
+    ids = pairs_of(tokens, top_k, num_experts)
+    weights = torch.rand(tokens * top_k, device=DEVICE)
+    addend = randn(tokens if summed else tokens * top_k, hidden, dtype=dtype)
+
+    out = checked(lambda: expert_gemv(act, q, **quant, fmt=weight_format, ids=ids, route_weights=weights,
+                                      sum_pairs=top_k if summed else 1, ids_ready=True, addend=addend,
+                                      tiling=tiling))
+
+    rows = torch.einsum("pk,pnk->pn", act.double(), values[ids.cpu()].to(DEVICE)) * weights.double()[:, None]
+    expected = (rows.view(tokens, top_k, hidden).sum(1) if summed else rows) + addend.double()
+    assert rel_err(out, expected) < TOLERANCE[dtype]
+    with pytest.raises(ValueError, match="addend"):
+        expert_gemv(act, q, **quant, fmt=weight_format, ids=ids, sum_pairs=top_k if summed else 1,
+                    addend=addend[:, :-1])
 
 
 def test_weights_must_fit_the_rows():

@@ -155,13 +155,16 @@ def test_sum_pairs_adds_the_slots_and_the_addend(dtype, tokens, top_k, hidden):
 
 
 @pytest.mark.parametrize("tokens,experts", [(1, 16), (40, 8)])  # pairs summed in the down GEMM; by sum_pairs
-def test_fused_experts_add_the_shared_experts_output(tokens, experts):
+@pytest.mark.parametrize("late", [False, True])
+def test_fused_experts_add_the_shared_experts_output(tokens, experts, late):
+    """``late``: the output comes from a function, called before the launch that adds it (a
+    second stream's result, joined there)."""
     x = randn(tokens, 64, dtype=torch.float32)
     w13, w2 = moe_weights(experts, 64, 32, torch.float32)
     topk_weights, topk_ids = routing(tokens, experts, 2)
     shared = randn(tokens, 64, dtype=torch.float32)
 
-    out = fused_experts(x, w13, w2, topk_weights, topk_ids, addend=shared)
+    out = fused_experts(x, w13, w2, topk_weights, topk_ids, addend=(lambda: shared) if late else shared)
 
     reference = dense_moe(x, w13, w2, topk_weights, topk_ids) + shared.double()
     assert rel_err(out, reference) < TOLERANCE[torch.float32]

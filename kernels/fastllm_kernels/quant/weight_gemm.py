@@ -120,13 +120,13 @@ def _gemv_slice(acc, units, k0, x_ptr, x_run, s_ptr, z_ptr, book, rows, lane, K,
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, ids_ptr, route_ptr, M, N, K, stride_qn, stride_sn,
-    stride_qe, stride_se, stride_xr, stride_ym, magic,
+    x_ptr, q_ptr, s_ptr, z_ptr, code_ptr, y_ptr, ws_ptr, lock_ptr, ids_ptr, route_ptr, addend_ptr, M, N, K, stride_qn,
+    stride_sn, stride_qe, stride_se, stride_xr, stride_ym, magic,
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr, PREFETCH: tl.constexpr,
     DENSE: tl.constexpr, PDL: tl.constexpr, EXPERTS: tl.constexpr, IDS_READY: tl.constexpr, ROWS_PER_X: tl.constexpr,
-    SUM_PAIRS: tl.constexpr, WEIGHTED: tl.constexpr, GATED: tl.constexpr,
+    SUM_PAIRS: tl.constexpr, WEIGHTED: tl.constexpr, GATED: tl.constexpr, HAS_ADDEND: tl.constexpr,
 ):
     """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
     inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one 16-byte
@@ -146,7 +146,8 @@ def _gemv_kernel(
     expert and the first slice of its W load before the wait, as a dense layer's do. Output row:
     the pair's, or with ``SUM_PAIRS`` (k) its token's, the k pairs' partials (times their routing
     weights: ``WEIGHTED``) summed in slot order like K splits. ``GATED`` (no K split): W holds N
-    gate rows, then N up rows; a program takes ``BLOCK_N / 2`` of each and stores ``silu(gate) * up``."""
+    gate rows, then N up rows; a program takes ``BLOCK_N / 2`` of each and stores ``silu(gate) * up``.
+    ``HAS_ADDEND``: ``addend`` (laid out as y) joins each output row's float32 sum."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pair = tl.program_id(2)
@@ -209,7 +210,8 @@ def _gemv_kernel(
         cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
     row = pair // SUM_PAIRS
     write_split_output(out[None, :], row + tl.arange(0, 1), cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr,
-                       row * tl.num_programs(0) + pid_n, pair % SUM_PAIRS * SPLIT_K + pid_k, SUM_PAIRS * SPLIT_K)
+                       row * tl.num_programs(0) + pid_n, pair % SUM_PAIRS * SPLIT_K + pid_k, SUM_PAIRS * SPLIT_K,
+                       addend_ptr, HAS_ADDEND)
 
 
 @triton.jit(do_not_specialize=["M"])  # the step's row count: one variant whatever it is, none compiled mid-run
@@ -402,7 +404,7 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
         mask_units = units if k % lane_k == 0 else 1  # whole lanes past K: their words need no mask of their own
         return Launch(_gemv_kernel, (n_tiles, split, pairs), dict(
             constexprs, UNITS=units, MASK_UNITS=mask_units, PREFETCH=prefetch, NF4_TABLE=table, EXPERTS=False,
-            IDS_READY=False, ROWS_PER_X=1, SUM_PAIRS=1, WEIGHTED=False, GATED=False))
+            IDS_READY=False, ROWS_PER_X=1, SUM_PAIRS=1, WEIGHTED=False, GATED=False, HAS_ADDEND=False))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
                   dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))
 
@@ -436,7 +438,7 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
         qweight = qweight.view(torch.uint8)
     if m == 1:
         words = qweight if fmt.fp8 or fmt.dense else qweight.view(torch.int32)  # the GEMV reads 32-bit words
-        launch.kernel[launch.grid](x, words, scales, zeros, codebook, y, workspace, counters, y, y, 1, n, k,
+        launch.kernel[launch.grid](x, words, scales, zeros, codebook, y, workspace, counters, y, y, y, 1, n, k,
                                    words.stride(0), meta_stride, 0, 0, 0, 0, MAGIC, **launch.constexprs)
     else:
         launch.kernel[launch.grid](x, qweight, scales, zeros, codebook, y, workspace, counters, m, n, k,
@@ -462,7 +464,7 @@ def expert_tiling(fmt: WeightFormat, device: torch.device) -> Tiling:
 def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | None, zeros: torch.Tensor | None,
                 codebook: torch.Tensor | None, fmt: WeightFormat, ids: torch.Tensor, *, rows_per_x: int = 1,
                 route_weights: torch.Tensor | None = None, sum_pairs: int = 1, gated: bool = False,
-                ids_ready: bool = False, out_dtype: torch.dtype | None = None,
+                ids_ready: bool = False, out_dtype: torch.dtype | None = None, addend: torch.Tensor | None = None,
                 tiling: Tiling | None = None) -> torch.Tensor:
     """The one-row GEMV for each (token, expert) pair ``p`` of ``ids [P]`` in one launch:
     ``y[p] = x[p // rows_per_x] @ W[ids[p]]^T``, ``qweight [E, N, K / codes a byte]`` and its
@@ -470,7 +472,8 @@ def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | N
     ``weight_gemm``'s. ``gated``: W's rows are N / 2 gate rows, then as many up rows, and ``y [P,
     N / 2]`` is ``silu(gate) * up``. ``route_weights [P]`` scale each pair's row; ``sum_pairs`` (k):
     ``y [P / k, N]``, each token's k rows summed in the launch. ``ids_ready``: the ids were not
-    written by the launch just before (see ``_gemv_kernel``)."""
+    written by the launch just before (see ``_gemv_kernel``). ``addend`` (y's shape, contiguous) is
+    added to y in the launch."""
     pairs, k = ids.numel(), x.shape[1]
     pack = 2 if fmt.four_bit else 1
     n = qweight.shape[1] // (2 if gated else 1)
@@ -480,14 +483,19 @@ def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | N
     # gated: a program's rows are half gate, half up rows, and the silu needs both sums whole
     launch = plan(1, qweight.shape[1], k, fmt, tiling, x.dtype, x.device, pairs, whole_k=gated)
     y = torch.empty((pairs // sum_pairs, n), dtype=out_dtype or x.dtype, device=x.device)
+    if addend is not None and (addend.shape != y.shape or not addend.is_contiguous()):
+        raise ValueError(f"addend {tuple(addend.shape)} (contiguous: {addend.is_contiguous()}) does not fit "
+                         f"the output {tuple(y.shape)}")
     workspace, counters = scratch(x.device)
     words = qweight.view(torch.uint8) if fmt.fp8 else qweight.view(torch.int32) if fmt.four_bit else qweight
     scales = words if scales is None else scales
     constexprs = dict(launch.constexprs, EXPERTS=True, IDS_READY=ids_ready, ROWS_PER_X=rows_per_x,
-                      SUM_PAIRS=sum_pairs, WEIGHTED=route_weights is not None, GATED=gated)
+                      SUM_PAIRS=sum_pairs, WEIGHTED=route_weights is not None, GATED=gated,
+                      HAS_ADDEND=addend is not None)
     launch.kernel[launch.grid](x, words, scales, scales if zeros is None else zeros,
                                scales if codebook is None else codebook, y, workspace, counters, ids,
-                               y if route_weights is None else route_weights, y.shape[0], n, k, words.stride(1),
+                               y if route_weights is None else route_weights, y if addend is None else addend,
+                               y.shape[0], n, k, words.stride(1),
                                scales.stride(1) if fmt.four_bit else 1, words.stride(0),
                                0 if scales is words else scales.stride(0), x.stride(0), y.stride(0), MAGIC,
                                **constexprs)
