@@ -74,49 +74,42 @@ def test_gated_rows_give_silu_of_gate_times_up_for_each_pair(fmt, tiling):
 SPLIT_K = Tiling(4, 32, num_warps=1, num_stages=1, split_k=2)
 
 
-@pytest.mark.parametrize("fmt,summed,tiling", [(fmt, summed, None) for fmt in FORMATS for summed in (True, False)]
-                         + [("fp8", True, SPLIT_K), ("int4", False, SPLIT_K)])
-def test_down_rows_are_weighted_and_each_tokens_pairs_summed(fmt, summed, tiling):
+ADDEND_CASES = [("fp8", True, None), ("float32", False, None), ("fp8", True, SPLIT_K), ("float16", False, SPLIT_K)]
+
+
+@pytest.mark.parametrize("fmt,summed,tiling,with_addend",
+                         [(fmt, summed, None, False) for fmt in FORMATS for summed in (True, False)]
+                         + [("fp8", True, SPLIT_K, False), ("int4", False, SPLIT_K, False)]
+                         + [case + (True,) for case in ADDEND_CASES])
+def test_down_rows_are_weighted_and_each_tokens_pairs_summed(fmt, summed, tiling, with_addend):
+    """``with_addend``: the shared experts' output joins the float32 sums in the launch (a token's
+    summed pairs or each pair's row; as the last K split arrives, or as the one split stores)."""
     tokens, top_k, num_experts, hidden, inner = 2, 3, 8, 38, 64
     dtype = torch.float32 if fmt == "float32" else torch.float16
     q, quant, weight_format, values = experts(fmt, randn(num_experts, hidden, inner, dtype=torch.float32) / 8)
     act = randn(tokens * top_k, inner, dtype=dtype)
     ids = pairs_of(tokens, top_k, num_experts)
     weights = torch.rand(tokens * top_k, device=DEVICE)
+    addend = randn(tokens if summed else tokens * top_k, hidden, dtype=dtype) if with_addend else None
 
     out = checked(lambda: expert_gemv(act, q, **quant, fmt=weight_format, ids=ids, route_weights=weights,
-                                      sum_pairs=top_k if summed else 1, ids_ready=True,
+                                      sum_pairs=top_k if summed else 1, ids_ready=True, addend=addend,
                                       out_dtype=None if summed else torch.float32, tiling=tiling))
 
     rows = torch.einsum("pk,pnk->pn", act.double(), values[ids.cpu()].to(DEVICE)) * weights.double()[:, None]
     expected = rows.view(tokens, top_k, hidden).sum(1) if summed else rows
+    if with_addend:
+        expected = expected + addend.double()
     assert out.shape == expected.shape and out.dtype == (dtype if summed else torch.float32)
     assert rel_err(out, expected) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("fmt,summed,tiling", [("fp8", True, None), ("float32", False, None), ("fp8", True, SPLIT_K),
-                                                ("float16", False, SPLIT_K)])
-def test_down_sums_take_the_addend(fmt, summed, tiling):
-    """The shared experts' output joins the float32 sum in the launch: a token's summed pairs, or
-    each pair's row; as the last of the K splits arrives, or as the one split stores."""
-    tokens, top_k, num_experts, hidden, inner = 2, 3, 8, 38, 64
-    dtype = torch.float32 if fmt == "float32" else torch.float16
-    q, quant, weight_format, values = experts(fmt, randn(num_experts, hidden, inner, dtype=torch.float32) / 8)
-    act = randn(tokens * top_k, inner, dtype=dtype)
-    ids = pairs_of(tokens, top_k, num_experts)
-    weights = torch.rand(tokens * top_k, device=DEVICE)
-    addend = randn(tokens if summed else tokens * top_k, hidden, dtype=dtype)
-
-    out = checked(lambda: expert_gemv(act, q, **quant, fmt=weight_format, ids=ids, route_weights=weights,
-                                      sum_pairs=top_k if summed else 1, ids_ready=True, addend=addend,
-                                      tiling=tiling))
-
-    rows = torch.einsum("pk,pnk->pn", act.double(), values[ids.cpu()].to(DEVICE)) * weights.double()[:, None]
-    expected = (rows.view(tokens, top_k, hidden).sum(1) if summed else rows) + addend.double()
-    assert rel_err(out, expected) < TOLERANCE[dtype]
+def test_the_addend_must_fit_the_output():
+    q = randn(4, 32, 48, dtype=torch.float16)
+    act, ids = randn(2, 48, dtype=torch.float16), torch.zeros(2, dtype=torch.long, device=DEVICE)
     with pytest.raises(ValueError, match="addend"):
-        expert_gemv(act, q, **quant, fmt=weight_format, ids=ids, sum_pairs=top_k if summed else 1,
-                    addend=addend[:, :-1])
+        expert_gemv(act, q, None, None, None, WeightFormat(False, dense=True), ids, sum_pairs=2,
+                    addend=randn(1, 31, dtype=torch.float16))
 
 
 def test_weights_must_fit_the_rows():
