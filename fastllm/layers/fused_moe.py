@@ -132,7 +132,8 @@ class TopKRouter(nn.Module):
     but weights them by the softmax alone; its weights are renormalised with a floor
     ``norm_min`` on the sum. ``float32_logits``: ERNIE computes its router in float32; with the
     kernels, for bfloat16 rows, as one 16-bit GEMM over the weight's three bfloat16 terms
-    (``float32_router_logits``), not as a widened copy and a float32 GEMM.
+    (``float32_router_logits``), not as a widened copy and a float32 GEMM. One token (batch-1
+    decode) takes the kernels' ``router_topk``: router and routing in one launch.
     """
 
     def __init__(self, hidden_size: int, num_experts: int, top_k: int, renormalize: bool = True,
