@@ -5,9 +5,9 @@ counters reset themselves, so the kernels replay inside CUDA graphs.
 
 Every user (the split-K GEMMs, the MoE down GEMM's sum over a token's experts, the one-token
 router's logits) touches the workspace only after ``wait_for_inputs``: a dependent launch cannot
-reach it while the kernel before is still using it. The arrival costs a GPU-scope release and the last program's reload:
-decode attention's merge over context pieces, tried this way, was slower than its own small
-merge launch (``benchmarks/RESULTS.md``).
+reach it while the kernel before is still using it. The arrival costs a GPU-scope release and
+the last program's reload: decode attention's merge over context pieces, tried this way, was
+slower than its own small merge launch (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
