@@ -44,9 +44,7 @@ def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     y_offsets = rows[:, None] * stride_ym + cols[None, :]
     if SPLIT_K == 1:
-        if HAS_ADDEND:
-            acc += tl.load(addend_ptr + y_offsets, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + y_offsets, acc.to(y_ptr.dtype.element_ty), mask=mask)
+        _store_sum(acc, y_ptr, y_offsets, mask, addend_ptr, HAS_ADDEND)
     else:
         ws_ptrs = ws_ptr + rows[:, None] * N + cols[None, :]
         tl.store(ws_ptrs + pid_k * M * N, acc, mask=mask)
@@ -56,7 +54,12 @@ def write_split_output(acc, rows, cols, M, N, y_ptr, stride_ym, ws_ptr, lock_ptr
             total = tl.zeros_like(acc)
             for split in range(SPLIT_K):
                 total += tl.load(ws_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            if HAS_ADDEND:
-                total += tl.load(addend_ptr + y_offsets, mask=mask, other=0.0).to(tl.float32)
-            tl.store(y_ptr + y_offsets, total.to(y_ptr.dtype.element_ty), mask=mask)
+            _store_sum(total, y_ptr, y_offsets, mask, addend_ptr, HAS_ADDEND)
             tl.atomic_xchg(lock_ptr + tile, 0)
+
+
+@triton.jit
+def _store_sum(total, y_ptr, y_offsets, mask, addend_ptr, HAS_ADDEND: tl.constexpr):
+    if HAS_ADDEND:
+        total += tl.load(addend_ptr + y_offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + y_offsets, total.to(y_ptr.dtype.element_ty), mask=mask)
