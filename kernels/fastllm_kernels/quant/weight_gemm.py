@@ -125,7 +125,7 @@ def _gemv_kernel(
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr, PREFETCH: tl.constexpr,
-    DENSE: tl.constexpr, PDL: tl.constexpr, EXPERTS: tl.constexpr, IDS_READY: tl.constexpr, ROWS_PER_X: tl.constexpr,
+    PRELOAD: tl.constexpr, DENSE: tl.constexpr, PDL: tl.constexpr, EXPERTS: tl.constexpr, IDS_READY: tl.constexpr, ROWS_PER_X: tl.constexpr,
     SUM_PAIRS: tl.constexpr, WEIGHTED: tl.constexpr, GATED: tl.constexpr, HAS_ADDEND: tl.constexpr,
 ):
     """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
@@ -138,7 +138,8 @@ def _gemv_kernel(
     row sums its products in one FMA chain; 4-bit sums (one scale group: ``UNITS`` words at most a
     group) are scaled every slice, the zero point as ``z * sum(x)``; 8-bit ones at the end.
     Launched dependent (``PDL``), the first slice of W is on its way before the previous kernel
-    ends.
+    ends; with ``PRELOAD`` (``ITERS`` <= 4) every slice of the program's share is, and after the
+    wait only x's loads and the math are left.
 
     ``EXPERTS`` (mixture-of-experts decode, one launch for a few (token, expert) pairs): grid axis 2
     is the pair, W ``[E, N, K]`` its expert's (``ids``), x its token's row (``ROWS_PER_X`` pairs a
@@ -175,13 +176,22 @@ def _gemv_kernel(
     acc = tl.zeros((BLOCK_N, LANES), dtype=tl.float32)
     first = pid_k * ITERS * BLOCK_K
     units = _gemv_units(q_rows, first, K, CODES, EVEN_K, MASK_UNITS)
+    units1 = _gemv_units(q_rows, first + BLOCK_K, K, CODES, EVEN_K, MASK_UNITS) if PRELOAD and ITERS > 1 else units
+    units2 = _gemv_units(q_rows, first + 2 * BLOCK_K, K, CODES, EVEN_K, MASK_UNITS) if PRELOAD and ITERS > 2 else units
+    units3 = _gemv_units(q_rows, first + 3 * BLOCK_K, K, CODES, EVEN_K, MASK_UNITS) if PRELOAD and ITERS > 3 else units
     if NF4_TABLE:  # under the first slice's loads
         book = fill_table(pid_n, acc)
     else:
         book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
     if not WAIT_FIRST:
         wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
-    if PREFETCH:  # each slice's loads go out before the previous slice's math
+    if PRELOAD:
+        for i in tl.static_range(ITERS):
+            share = units if i == 0 else units1 if i == 1 else units2 if i == 2 else units3
+            acc = _gemv_slice(acc, share, first + i * BLOCK_K, x_ptr, x_run, s_ptr, z_ptr, book, rows,
+                              lane, K, stride_sn, magic, GROUP, BITS, FP8, NF4, NF4_TABLE, HAS_ZERO, UNITS, LANE_K,
+                              EVEN_K, DENSE)
+    elif PREFETCH:  # each slice's loads go out before the previous slice's math
         for i in range(ITERS):
             ahead = (pid_k * ITERS + tl.minimum(i + 1, ITERS - 1)) * BLOCK_K  # the last slice reloads itself
             next_units = _gemv_units(q_rows, ahead, K, CODES, EVEN_K, MASK_UNITS)
@@ -290,6 +300,11 @@ MIN_DOT_K = 32
 4-bit codes made wrong products; groups of 16 are scaled in the weights (two groups a slice)."""
 SMALL_FP8_LAYER = 16 << 20  # e4m3 bytes below which a one-row GEMV takes two-warp programs
 PROGRAMS_PER_SM = {1: 12, 4: 4}  # by num_warps: resident programs that keep enough loads in flight
+PRELOAD_SLICES, PRELOAD_BYTES = 4, 384
+"""A one-row program of 8-bit codes whose share of W is at most this many slices and bytes a thread
+loads all of it before the wait (``PRELOAD``), under the previous kernel (sm_90: 96 registers for the
+two-warp e4m3 tile's three slices, 165 in all). 4-bit codes and 16-bit weights widen into more registers
+than that (two slices: 255 and 243) and keep their one slice ahead."""
 
 
 @dataclass(frozen=True)
@@ -397,13 +412,16 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
                       EVEN_K=k % block_k == 0 and iters % split == 0, ITERS=per_split,
                       num_warps=tiling.num_warps, num_stages=tiling.num_stages, **pdl_launch(device))
     if m == 1:
-        prefetch = tiling.num_stages > 1 and per_split > 1
+        share = tiling.block_n * block_k // (32 * tiling.num_warps) * per_split  # bytes a thread, 8-bit codes
+        eight_bit = not (fmt.four_bit or fmt.dense)
+        preload = eight_bit and pairs == 1 and 1 < per_split <= PRELOAD_SLICES and share <= PRELOAD_BYTES
+        prefetch = not preload and tiling.num_stages > 1 and per_split > 1
         # one warp a program: the 32 KiB table would leave too few programs an SM
         table = tiling.num_warps > 1 and uses_pair_table(fmt, x_dtype, device)
         units = lane_units(fmt)
         mask_units = units if k % lane_k == 0 else 1  # whole lanes past K: their words need no mask of their own
         return Launch(_gemv_kernel, (n_tiles, split, pairs), dict(
-            constexprs, UNITS=units, MASK_UNITS=mask_units, PREFETCH=prefetch, NF4_TABLE=table, EXPERTS=False,
+            constexprs, UNITS=units, MASK_UNITS=mask_units, PREFETCH=prefetch, PRELOAD=preload, NF4_TABLE=table, EXPERTS=False,
             IDS_READY=False, ROWS_PER_X=1, SUM_PAIRS=1, WEIGHTED=False, GATED=False, HAS_ADDEND=False))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
                   dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastllm_kernels.quant.fp8_gemm import FP8, fp8_gemm, fp8_gemm_ref, quantize_fp8_rows_ref, quantize_fp8_rows_triton
+from fastllm_kernels.quant.fp8_gemm import FP8, FP8_WEIGHTS, fp8_gemm, fp8_gemm_ref, quantize_fp8_rows_ref, quantize_fp8_rows_triton
 from fastllm_kernels.quant.int4_gemm import (
     NF4_CODES, dequantize_int4, dequantize_nf4, int4_gemm, nf4_gemm, pack_int4, unpack_int4,
 )
 from fastllm_kernels.linear import DENSE, linear
 from fastllm_kernels.quant.int8_gemm import int8_gemm
-from fastllm_kernels.quant.weight_gemm import Tiling, weight_gemm
+from fastllm_kernels.quant.weight_gemm import Tiling, plan, weight_gemm
 from fastllm_kernels.split_k import scratch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -112,6 +112,25 @@ def test_nf4_programs_of_several_warps(k, tiling_):
     weights = book[unpack_int4(qweight).long()].unflatten(1, (-1, 32)) * absmax.double()[..., None]
     ref = x.double() @ weights.flatten(1).T
     assert relative_error(run_poisoned(nf4_gemm, x, qweight, absmax, 32, tiling_), ref) < 2e-3
+
+
+@pytest.mark.parametrize("slices", [2, 3, 4])
+def test_one_row_share_loaded_before_the_wait(slices):
+    """A one-row program of 2-4 slices of 8-bit codes loads them all before the wait (``PRELOAD``); K
+    ends in a ragged slice."""
+    n, k = 21, 64 * 4 * slices - 48
+    tiling_ = Tiling(8, 64, num_warps=1, num_stages=2, split_k=4)
+    fp8_plan = plan(1, n, k, FP8_WEIGHTS, tiling_, torch.float16, torch.device(DEVICE))
+    assert fp8_plan.constexprs["PRELOAD"] and fp8_plan.constexprs["ITERS"] == slices
+    gen = torch.Generator().manual_seed(slices)
+    x = activations(1, k, torch.float16, gen)
+    scales = (torch.rand(n, generator=gen) * 0.02 + 1e-3).to(DEVICE, torch.float16)
+    w8 = (torch.randn(n, k, generator=gen) * 40).clamp(-448, 448).to(FP8).to(DEVICE)
+    ref = x.double() @ (w8.double() * scales.double()[:, None]).T
+    assert relative_error(run_poisoned(fp8_gemm, x, w8, scales, tiling_), ref) < 1e-2
+    q8 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).to(DEVICE)
+    ref = x.double() @ (q8.double() * scales.double()[:, None]).T
+    assert relative_error(run_poisoned(int8_gemm, x, q8, scales, tiling_), ref) < 1e-2
 
 
 def test_group_wider_than_slice():
