@@ -49,6 +49,26 @@ def _piece_length(seq_len, num_splits, BLOCK_N: tl.constexpr):
     return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), 1) * BLOCK_N
 
 
+@triton.jit
+def _tile_tokens(table, cols, end, stride_cache_block, stride_cache_token, head_offset, BLOCK_SIZE: tl.constexpr):
+    """Cache offsets of the kv head's keys (or values) at positions ``cols`` (block 0 past ``end``)."""
+    block_id = tl.load(table + cols // BLOCK_SIZE, mask=cols < end, other=0).to(tl.int64)
+    return block_id * stride_cache_block + (cols % BLOCK_SIZE) * stride_cache_token + head_offset
+
+
+@triton.jit
+def _attend(q, k, v, col_mask, m_i, l_i, acc, scale_log2e, PRECISION: tl.constexpr):
+    """The online softmax's state after one tile of keys ``k [D, N]`` and values ``v [N, D]``."""
+    s = tl.dot(q, k.to(q.dtype), input_precision=PRECISION) * scale_log2e
+    s = tl.where(col_mask[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))  # an integer: see the module's docstring
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=PRECISION)
+    return m_new, l_i, acc
+
+
 @triton.jit(do_not_specialize=["stride_table"],  # as the extend kernel: no variant compiled mid-run
             do_not_specialize_on_alignment=["block_tables_ptr", "seq_lens_ptr"])
 def _decode_split_kernel(
@@ -60,48 +80,51 @@ def _decode_split_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
-    wait_for_inputs(PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
     num_splits = tl.num_programs(2)
 
+    # The lengths and tables were copied in before the step's first launch, and every key but this step's
+    # was written by an earlier step: the first tile of them loads under the previous kernel (values after
+    # the wait: both tiles in registers would spill).
     seq_len = tl.load(seq_lens_ptr + seq)
     split_len = _piece_length(seq_len, num_splits, BLOCK_N)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_table
+    head_offset = kv_head * stride_cache_head
+    dims = tl.arange(0, HEAD_DIM)
+    cols = start + tl.arange(0, BLOCK_N)
+    token = _tile_tokens(table, cols, end, stride_cache_block, stride_cache_token, head_offset, BLOCK_SIZE)
+    older = cols < seq_len - 1
+    k = tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=older[None, :], other=0.0)
+    wait_for_inputs(PDL)
     if SPLIT:
         if start >= seq_len:  # past the context (a short one, under a grid sized for long ones): the merge skips it
             return
 
     rows = tl.arange(0, GROUP_PAD)
-    dims = tl.arange(0, HEAD_DIM)
     heads = kv_head * GROUP + rows
     row_mask = rows < GROUP
     q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
                 mask=row_mask[:, None], other=0.0)
-
+    newest = cols == seq_len - 1  # this step's key and value, in the first tile or a later one
+    k = tl.where(newest[None, :], tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=newest[None, :]), k)
+    v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=(cols < end)[:, None], other=0.0)
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    table = block_tables_ptr + seq.to(tl.int64) * stride_table
-    head_offset = kv_head * stride_cache_head
-    for n0 in range(start, end, BLOCK_N):
+    if start < end:  # not an empty context
+        m_i, l_i, acc = _attend(q, k, v, cols < end, m_i, l_i, acc, scale_log2e, PRECISION)
+    for n0 in range(start + BLOCK_N, end, BLOCK_N):
         cols = n0 + tl.arange(0, BLOCK_N)
         col_mask = cols < end
-        block_id = tl.load(table + cols // BLOCK_SIZE, mask=col_mask, other=0).to(tl.int64)
-        token = block_id * stride_cache_block + (cols % BLOCK_SIZE) * stride_cache_token + head_offset
+        token = _tile_tokens(table, cols, end, stride_cache_block, stride_cache_token, head_offset, BLOCK_SIZE)
         k = tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=col_mask[None, :], other=0.0)
-        s = tl.dot(q, k.to(q.dtype), input_precision=PRECISION) * scale_log2e
-        s = tl.where(col_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))  # an integer: see the module's docstring
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=col_mask[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = _attend(q, k, v, col_mask, m_i, l_i, acc, scale_log2e, PRECISION)
 
     # Unsplit, an empty context (seq_len 0: padding) leaves l_i == 0: it writes zeros.
     l_safe = tl.where(l_i > 0, l_i, 1.0)

@@ -44,15 +44,18 @@ def test_decode_splits_a_long_context():
     assert rel_err(out, ref) < TOLERANCE[torch.float32]
 
 
-def test_padding_and_short_contexts_under_many_pieces():
+@pytest.mark.parametrize("num_splits", [1, 32])
+def test_padding_and_short_contexts_under_many_pieces(num_splits):
     """A grid sized for long contexts (as CUDA graphs capture it): a padding row (seq_len 0) gets
-    zeros, short contexts fill their first pieces only, and the merge reads just those."""
+    zeros, short contexts fill their first pieces only, and the merge reads just those; unsplit, the
+    padding row's first tile (loaded before the wait) holds no key."""
     lens = [0, 5, 130]
     k_cache, v_cache, block_tables = paged_kv(lens, 16, 2, 64, torch.float32)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     q = randn(len(lens), 4, 64, dtype=torch.float32)
 
-    out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, 0.125, out=nan_like(q), num_splits=32)
+    out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, 0.125, out=nan_like(q),
+                                 num_splits=num_splits)
     ref = paged_decode_attention_ref(q[1:], k_cache, v_cache, block_tables[1:], seq_lens[1:], 0.125)
 
     assert torch.equal(out[0], torch.zeros_like(out[0]))
