@@ -125,8 +125,9 @@ def _gemv_kernel(
     ITERS: tl.constexpr, GROUP: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, NF4: tl.constexpr,
     NF4_TABLE: tl.constexpr, HAS_ZERO: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, UNITS: tl.constexpr, EVEN_K: tl.constexpr, MASK_UNITS: tl.constexpr, PREFETCH: tl.constexpr,
-    PRELOAD: tl.constexpr, DENSE: tl.constexpr, PDL: tl.constexpr, EXPERTS: tl.constexpr, IDS_READY: tl.constexpr, ROWS_PER_X: tl.constexpr,
-    SUM_PAIRS: tl.constexpr, WEIGHTED: tl.constexpr, GATED: tl.constexpr, HAS_ADDEND: tl.constexpr,
+    PRELOAD: tl.constexpr, DENSE: tl.constexpr, PDL: tl.constexpr, EXPERTS: tl.constexpr, IDS_READY: tl.constexpr,
+    ROWS_PER_X: tl.constexpr, SUM_PAIRS: tl.constexpr, WEIGHTED: tl.constexpr, GATED: tl.constexpr,
+    HAS_ADDEND: tl.constexpr,
 ):
     """``x [1, K]``: a program owns ``BLOCK_N`` rows of W and ``ITERS`` slices of ``BLOCK_K``
     inputs. Lane ``l`` reads units ``[l * UNITS, (l + 1) * UNITS)`` of every row (one 16-byte
@@ -304,7 +305,8 @@ PRELOAD_SLICES, PRELOAD_BYTES = 4, 384
 """A one-row program of 8-bit codes whose share of W is at most this many slices and bytes a thread
 loads all of it before the wait (``PRELOAD``), under the previous kernel (sm_90: 96 registers for the
 two-warp e4m3 tile's three slices, 165 in all). 4-bit codes and 16-bit weights widen into more registers
-than that (two slices: 255 and 243) and keep their one slice ahead."""
+than that (two slices: 255 and 243) and keep their one slice ahead; so do the routed experts (``pairs`` > 1),
+whose thousands of programs are never all resident: more registers a program left fewer loads in flight."""
 
 
 @dataclass(frozen=True)
@@ -421,8 +423,8 @@ def plan(m: int, n: int, k: int, fmt: WeightFormat, tiling: Tiling | None, x_dty
         units = lane_units(fmt)
         mask_units = units if k % lane_k == 0 else 1  # whole lanes past K: their words need no mask of their own
         return Launch(_gemv_kernel, (n_tiles, split, pairs), dict(
-            constexprs, UNITS=units, MASK_UNITS=mask_units, PREFETCH=prefetch, PRELOAD=preload, NF4_TABLE=table, EXPERTS=False,
-            IDS_READY=False, ROWS_PER_X=1, SUM_PAIRS=1, WEIGHTED=False, GATED=False, HAS_ADDEND=False))
+            constexprs, UNITS=units, MASK_UNITS=mask_units, PREFETCH=prefetch, PRELOAD=preload, NF4_TABLE=table,
+            EXPERTS=False, IDS_READY=False, ROWS_PER_X=1, SUM_PAIRS=1, WEIGHTED=False, GATED=False, HAS_ADDEND=False))
     return Launch(_gemm_kernel, (n_tiles, split, m_tiles),
                   dict(constexprs, BLOCK_M=bm, PRECISION=dot_precision(x_dtype)))
 

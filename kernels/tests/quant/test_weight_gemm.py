@@ -11,7 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastllm_kernels.quant.fp8_gemm import FP8, FP8_WEIGHTS, fp8_gemm, fp8_gemm_ref, quantize_fp8_rows_ref, quantize_fp8_rows_triton
+from fastllm_kernels.quant.fp8_gemm import (
+    FP8, FP8_WEIGHTS, fp8_gemm, fp8_gemm_ref, quantize_fp8_rows_ref, quantize_fp8_rows_triton,
+)
 from fastllm_kernels.quant.int4_gemm import (
     NF4_CODES, dequantize_int4, dequantize_nf4, int4_gemm, nf4_gemm, pack_int4, unpack_int4,
 )
