@@ -303,10 +303,11 @@ SMALL_FP8_LAYER = 16 << 20  # e4m3 bytes below which a one-row GEMV takes two-wa
 PROGRAMS_PER_SM = {1: 12, 4: 4}  # by num_warps: resident programs that keep enough loads in flight
 PRELOAD_SLICES, PRELOAD_BYTES = 4, 384
 """A one-row program of 8-bit codes whose share of W is at most this many slices and bytes a thread
-loads all of it before the wait (``PRELOAD``), under the previous kernel (sm_90: 96 registers for the
-two-warp e4m3 tile's three slices, 165 in all). 4-bit codes and 16-bit weights widen into more registers
-than that (two slices: 255 and 243) and keep their one slice ahead; so do the routed experts (``pairs`` > 1),
-whose thousands of programs are never all resident: more registers a program left fewer loads in flight."""
+loads all of it before the wait (``PRELOAD``), under the previous kernel; the two-warp e4m3 tile's three
+slices compile for sm_90 without spills. 4-bit codes and 16-bit weights widen into many more registers
+and keep their one slice ahead; so do the routed experts (``pairs`` > 1), whose thousands of programs
+are never all resident: more registers a program left fewer loads in flight. Register counts and
+timings: ``benchmarks/RESULTS.md``."""
 
 
 @dataclass(frozen=True)
