@@ -148,7 +148,10 @@ def sweep_tilings(name: str, m: int) -> list[Tiling]:
 
 def sweep(args: argparse.Namespace) -> None:
     rows = []
-    for layer, (n, k) in (decode_shapes(args.model) if args.model else SHAPES).items():
+    shapes = decode_shapes(args.model) if args.model else SHAPES
+    for layer, (n, k) in shapes.items():
+        if args.layers and layer not in args.layers:
+            continue
         for name in args.kernels:
             weights = ColdWeights(name, n, k)
             for m in args.batch:
@@ -175,6 +178,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time launch settings instead")
     parser.add_argument("--kernels", nargs="+", choices=SWEPT, default=QUANTIZED, help="swept kernels")
     parser.add_argument("--model", help="sweep this bundled config's attention and LM-head shapes instead")
+    parser.add_argument("--layers", nargs="+", help="sweep only these layers (e.g. lm_head)")
     args = parser.parse_args()
     if args.sweep:
         return sweep(args)

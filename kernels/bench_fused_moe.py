@@ -224,6 +224,14 @@ GEMV_VARIANTS = {  # name: the one-row GEMV's tile over the pairs (``expert_gemv
     "gemv 4 rows 1024": Tiling(4, 1024, num_warps=1, num_stages=1),
     "gemv 4 rows 1024 ahead": Tiling(4, 1024, num_warps=1, num_stages=2),
     "gemv 4 rows 1024 2 warps": Tiling(4, 1024, num_warps=2, num_stages=1),
+    "gemv 16 rows 2 warps 1024": Tiling(16, 1024, num_warps=2, num_stages=1),
+    "gemv 16 rows 2 warps ahead": Tiling(16, 512, num_warps=2, num_stages=2),
+    "gemv 8 rows 2 warps 512": Tiling(8, 512, num_warps=2, num_stages=1),
+    "gemv 16 rows 4 warps": Tiling(16, 512, num_warps=4, num_stages=1),
+    "gemv 32 rows 4 warps": Tiling(32, 512, num_warps=4, num_stages=1),
+    "gemv 32 rows 4 warps 1024": Tiling(32, 1024, num_warps=4, num_stages=1),
+    "gemv 2 rows 1 warp": Tiling(2, 512, num_warps=1, num_stages=1),
+    "gemv 4 rows 256": Tiling(4, 256, num_warps=1, num_stages=1),
 }
 """Both GEMMs as the one-row GEMV over the pairs (the default tile: 4 rows, 1 warp, ``EXPERT_TILING``);
 ``summed``: the down launch adds each token's k rows."""

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from fastllm_kernels.quant.dequant import NF4_CODES
-from fastllm_kernels.quant.weight_gemm import EXPERT_TILING, Tiling, WeightFormat, expert_gemv
+from fastllm_kernels.quant import weight_gemm
+from fastllm_kernels.quant.weight_gemm import (EXPERT_TILING, FOUR_BIT_EXPERT_TILING, WIDE_EXPERT_TILING, Tiling,
+                                               WeightFormat, expert_gemv)
 from fastllm_kernels.split_k import scratch
 from kernel_testing import DEVICE, four_bit, fp8_per_channel, randn, rel_err
 
@@ -53,9 +55,11 @@ def checked(fn):
     return out
 
 
-@pytest.mark.parametrize("fmt,tiling", [(fmt, None) for fmt in FORMATS] + [("fp8", EXPERT_TILING)])
+@pytest.mark.parametrize("fmt,tiling", [(fmt, None) for fmt in FORMATS]
+                         + [("fp8", EXPERT_TILING), ("fp8", WIDE_EXPERT_TILING), ("float16", WIDE_EXPERT_TILING)])
 def test_gated_rows_give_silu_of_gate_times_up_for_each_pair(fmt, tiling):
-    """Default tiles (off the GPU: 32 rows a program) and the GPU's 4-row one (2 gate, 2 up rows)."""
+    """Default tiles (off the GPU: 32 rows a program) and the GPU's: 4 rows (2 gate, 2 up rows), or
+    16 over four warps (a program's last column tile partial)."""
     tokens, top_k, num_experts, inner, hidden = 2, 3, 8, 37, 96
     dtype = torch.float32 if fmt == "float32" else torch.float16
     q, quant, weight_format, values = experts(fmt, randn(num_experts, 2 * inner, hidden, dtype=torch.float32) / 10)
@@ -74,7 +78,8 @@ def test_gated_rows_give_silu_of_gate_times_up_for_each_pair(fmt, tiling):
 SPLIT_K = Tiling(4, 32, num_warps=1, num_stages=1, split_k=2)
 
 
-ADDEND_CASES = [("fp8", True, None), ("float32", False, None), ("fp8", True, SPLIT_K), ("float16", False, SPLIT_K)]
+ADDEND_CASES = [("fp8", True, None), ("float32", False, None), ("fp8", True, SPLIT_K), ("float16", False, SPLIT_K),
+                ("fp8", True, WIDE_EXPERT_TILING), ("float16", False, WIDE_EXPERT_TILING)]
 
 
 @pytest.mark.parametrize("fmt,summed,tiling,with_addend",
@@ -118,3 +123,15 @@ def test_weights_must_fit_the_rows():
     with pytest.raises(ValueError, match="expert GEMV"):
         expert_gemv(x, w, None, None, None, WeightFormat(False, dense=True), torch.zeros(2, dtype=torch.long,
                                                                                          device=DEVICE))
+
+
+def test_a_launch_past_one_wave_of_one_warp_programs_takes_four_warp_programs(monkeypatch):
+    """On a 132-SM GPU: ERNIE-4.5-21B-A3B's gate/up (6 pairs of 3072 rows: 4608 one-warp programs for
+    4224 places) goes wide, its down (3840) and 4-bit experts keep their tiles."""
+    monkeypatch.setattr(weight_gemm, "compiled_nvidia", lambda device: True)
+    monkeypatch.setattr(weight_gemm, "multiprocessors", lambda device: 132)
+    gpu, fp8, int4 = torch.device("cuda"), WeightFormat(False, fp8=True), WeightFormat(True, group=32)
+    assert weight_gemm.expert_tiling(fp8, gpu, 6 * 3072) == WIDE_EXPERT_TILING
+    assert weight_gemm.expert_tiling(WeightFormat(False, dense=True), gpu, 6 * 3072) == WIDE_EXPERT_TILING
+    assert weight_gemm.expert_tiling(fp8, gpu, 6 * 2560) == EXPERT_TILING
+    assert weight_gemm.expert_tiling(int4, gpu, 6 * 3072) == FOUR_BIT_EXPERT_TILING

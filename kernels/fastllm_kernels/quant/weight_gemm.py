@@ -469,17 +469,28 @@ def weight_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, ze
 
 EXPERT_TILING = Tiling(4, 512, num_warps=1, num_stages=1)
 """``expert_gemv``'s tile for e4m3 and 16-bit experts: one-warp programs of 4 rows (of the MoE
-models' routed experts at batch 1, the L2-cold layer bench's best or within 2% of it)."""
+models' routed experts at batch 1, the L2-cold layer bench's best or within 2% of it) where one wave
+of them covers the launch."""
+WIDE_EXPERT_TILING = Tiling(16, 512, num_warps=4, num_stages=1)
+"""The same share a warp in four-warp programs: for a launch of more one-warp programs than the SMs
+hold at once (``BLOCKS_PER_SM`` each), whose last programs would run as a second, thin wave
+(ERNIE-4.5-21B-A3B's gate/up at batch 1: 4608 programs for 4224 places on 132 SMs)."""
+BLOCKS_PER_SM = 32  # resident thread blocks an SM holds at most (compute capability 7.0 to 9.0)
 FOUR_BIT_EXPERT_TILING = Tiling(4, 1024, num_warps=1, num_stages=2)
 """4-bit experts: the one-row tile of int4 layers (the next slice loaded ahead); one warp, so nf4
 looks its codes up in the given book, not the pair table of the NF4 constants."""
 
 
-def expert_tiling(fmt: WeightFormat, device: torch.device) -> Tiling:
-    """``expert_gemv``'s default tile; off an NVIDIA GPU (the interpreter runs the programs one after
-    another) programs of 32 rows: eight times fewer, the same sums."""
-    tiling = FOUR_BIT_EXPERT_TILING if fmt.four_bit else EXPERT_TILING
-    return tiling if compiled_nvidia(device) else replace(tiling, block_n=32)
+def expert_tiling(fmt: WeightFormat, device: torch.device, rows: int) -> Tiling:
+    """``expert_gemv``'s default tile for ``rows`` output rows over all pairs; off an NVIDIA GPU (the
+    interpreter runs the programs one after another) programs of 32 rows: eight times fewer, the
+    same sums."""
+    if not compiled_nvidia(device):
+        return replace(FOUR_BIT_EXPERT_TILING if fmt.four_bit else EXPERT_TILING, block_n=32)
+    if fmt.four_bit:
+        return FOUR_BIT_EXPERT_TILING
+    one_wave = BLOCKS_PER_SM * multiprocessors(device)
+    return WIDE_EXPERT_TILING if cdiv(rows, EXPERT_TILING.block_n) > one_wave else EXPERT_TILING
 
 
 def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | None, zeros: torch.Tensor | None,
@@ -500,7 +511,7 @@ def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | N
     n = qweight.shape[1] // (2 if gated else 1)
     if qweight.shape[2] * pack != k or qweight.stride(2) != 1 or x.stride(1) != 1 or (fmt.four_bit and k % 8):
         raise ValueError(f"expert GEMV: weights {tuple(qweight.shape)} ({fmt}) for x {tuple(x.shape)}")
-    tiling = tiling or expert_tiling(fmt, x.device)
+    tiling = tiling or expert_tiling(fmt, x.device, pairs * qweight.shape[1])
     # gated: a program's rows are half gate, half up rows, and the silu needs both sums whole
     launch = plan(1, qweight.shape[1], k, fmt, tiling, x.dtype, x.device, pairs, whole_k=gated)
     y = torch.empty((pairs // sum_pairs, n), dtype=out_dtype or x.dtype, device=x.device)
