@@ -144,8 +144,9 @@ def _gemv_kernel(
 
     ``EXPERTS`` (mixture-of-experts decode, one launch for a few (token, expert) pairs): grid axis 2
     is the pair, W ``[E, N, K]`` its expert's (``ids``), x its token's row (``ROWS_PER_X`` pairs a
-    row: k) or its own. ``IDS_READY``: the ids were written two launches back or earlier, so the
-    expert and the first slice of its W load before the wait, as a dense layer's do. Output row:
+    row: k) or its own. ``IDS_READY``: the ids and routing weights were written two launches back or
+    earlier, so the expert, the first slice of its W and the pair's weight load before the wait, as a
+    dense layer's W does (8-bit rows' scales load there too, not after the sums). Output row:
     the pair's, or with ``SUM_PAIRS`` (k) its token's, the k pairs' partials (times their routing
     weights: ``WEIGHTED``) summed in slot order like K splits. ``GATED`` (no K split): W holds N
     gate rows, then N up rows; a program takes ``BLOCK_N / 2`` of each and stores ``silu(gate) * up``.
@@ -184,6 +185,9 @@ def _gemv_kernel(
         book = fill_table(pid_n, acc)
     else:
         book = tl.load(code_ptr + tl.arange(0, 16)) if NF4 else None
+    # the epilogue's factors: the rows' scales (constant) and the pair's routing weight (ready with its id)
+    scale = tl.load(s_ptr + rows).to(tl.float32) if BITS == 8 and not DENSE else None
+    route = tl.load(route_ptr + pair).to(tl.float32) if WEIGHTED else None
     if not WAIT_FIRST:
         wait_for_inputs(PDL)  # the first slice of W needed no wait; x does
     if PRELOAD:
@@ -212,9 +216,9 @@ def _gemv_kernel(
                               EVEN_K, DENSE)
     out = tl.sum(acc, axis=1)
     if BITS == 8 and not DENSE:
-        out *= tl.load(s_ptr + rows).to(tl.float32)
+        out *= scale
     if WEIGHTED:
-        out *= tl.load(route_ptr + pair).to(tl.float32)
+        out *= route
     if GATED:
         gate, up = tl.split(tl.permute(tl.reshape(out, (2, BLOCK_N // 2)), (1, 0)))
         out = gate / (1.0 + tl.exp(-gate)) * up
@@ -503,8 +507,8 @@ def expert_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor | N
     ``scales`` / ``zeros`` (``[E, N]`` or ``[E, N, K / group]``) laid out per expert as
     ``weight_gemm``'s. ``gated``: W's rows are N / 2 gate rows, then as many up rows, and ``y [P,
     N / 2]`` is ``silu(gate) * up``. ``route_weights [P]`` scale each pair's row; ``sum_pairs`` (k):
-    ``y [P / k, N]``, each token's k rows summed in the launch. ``ids_ready``: the ids were not
-    written by the launch just before (see ``_gemv_kernel``). ``addend`` (y's shape, contiguous) is
+    ``y [P / k, N]``, each token's k rows summed in the launch. ``ids_ready``: the ids and ``route_weights`` were
+    not written by the launch just before (see ``_gemv_kernel``). ``addend`` (y's shape, contiguous) is
     added to y in the launch."""
     pairs, k = ids.numel(), x.shape[1]
     pack = 2 if fmt.four_bit else 1
