@@ -150,7 +150,7 @@ class DecodeGraphs:
             if adapter_batch is not None:
                 self.adapter_slots[:tokens].copy_(adapter_batch.slots)
                 self.adapter_slots[tokens:size * q].fill_(-1)
-            else:
+            elif self.adapters is not None:  # without a manager the graphs never read the slots
                 self.adapter_slots[:size * q].fill_(-1)
             self.seq_lens[:n].copy_(meta.seq_lens)
             return self._replay((size, q))[:tokens]
@@ -161,7 +161,8 @@ class DecodeGraphs:
         self.positions.index_copy_(0, rows_on_device, positions)
         self.slot_mapping[:size * q].fill_(-1)
         self.slot_mapping.index_copy_(0, rows_on_device, meta.slot_mapping)
-        self.adapter_slots[:size * q].fill_(-1)
+        if self.adapters is not None:
+            self.adapter_slots[:size * q].fill_(-1)
         if adapter_batch is not None:
             self.adapter_slots.index_copy_(0, rows_on_device, adapter_batch.slots)
         self.seq_lens[:n].copy_(meta.seq_lens + padding)

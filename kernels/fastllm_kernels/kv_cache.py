@@ -16,7 +16,7 @@ import triton.language as tl
 
 from fastllm_kernels.host_math import next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
-from fastllm_kernels.rotary import HeadNorms, head_halves, rotary_args, rotate_token
+from fastllm_kernels.rotary import HeadNorms, head_halves, rotary_args, rotate_token, token_rotation
 
 
 @triton.jit
@@ -68,17 +68,18 @@ def _rotary_write_kernel(
     HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr, HEAD_DIM: tl.constexpr,
     SATURATE: tl.constexpr, PDL: tl.constexpr,
 ):
-    wait_for_inputs(PDL)
     token = tl.program_id(0).to(tl.int64)
+    rotation = token_rotation(token, positions_ptr, cos_sin_ptr, stride_cos_sin, q_norm_ptr, k_norm_ptr, ROT_HALF,
+                              HALF_PAD, IS_NEOX, NORM)
+    slot = tl.load(slot_mapping_ptr + token)  # a step input, as the position: before the wait too
+    wait_for_inputs(PDL)
     if 2 * ROT_HALF == HEAD_DIM:  # the rotated halves are the whole key: stored from registers
-        slot = tl.load(slot_mapping_ptr + token)
         heads = tl.arange(0, KV_HEADS_PAD)
         dims = tl.arange(0, HEAD_DIM)
         mask = (heads < num_kv_heads)[:, None] & (dims < HEAD_DIM)[None, :]
         v = tl.load(value_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
-        k1, k2 = rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt,
-                              stride_kh, stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps,
-                              Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+        k1, k2 = rotate_token(token, rotation, q_ptr, k_ptr, stride_qt, stride_qh, stride_kt, stride_kh, num_heads,
+                              num_kv_heads, eps, Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
         # the slot holds the token's heads as the key tensor holds them, HEAD_DIM apart
         k1_ptrs, k2_ptrs, half_mask = head_halves(k_cache_ptr + slot * stride_cache_slot, HEAD_DIM, num_kv_heads,
                                                    KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX)
@@ -87,9 +88,8 @@ def _rotary_write_kernel(
         _to_cache(v, v_cache_ptr + slot * stride_cache_slot + heads[:, None] * HEAD_DIM + dims[None, :], slot, mask,
                   SATURATE)
     else:  # partial rotary: the key's other dims come along in the copy
-        rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
-                     stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps, Q_HEADS_PAD, KV_HEADS_PAD,
-                     ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+        rotate_token(token, rotation, q_ptr, k_ptr, stride_qt, stride_qh, stride_kt, stride_kh, num_heads,
+                     num_kv_heads, eps, Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
         tl.debug_barrier()  # the rotated keys, stored by every thread, are what the copy reads
         _write_token(token, k_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, stride_kt, stride_kh,
                      stride_vt, stride_vh, stride_cache_slot, num_kv_heads, KV_HEADS_PAD, HEAD_DIM, SATURATE)

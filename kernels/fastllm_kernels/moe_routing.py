@@ -22,16 +22,24 @@ ROUTER_WARP_BYTES = 16384  # of a row, a warp's registers hold
 
 
 @triton.jit
-def _route(logits, expert, valid, bias_ptr, weights_ptr, ids_ptr, row, norm_min, TOP_K: tl.constexpr,
+def _score_bias(bias_ptr, num_experts, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The score-correction bias ``[EXPERTS]`` in float32 (None without one): a parameter, so
+    loaded before the wait."""
+    expert = tl.arange(0, EXPERTS)
+    return tl.load(bias_ptr + expert, mask=expert < num_experts, other=0.0).to(tl.float32) if HAS_BIAS else None
+
+
+@triton.jit
+def _route(logits, expert, valid, bias, weights_ptr, ids_ptr, row, norm_min, TOP_K: tl.constexpr,
            SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr):
     """One token's float32 ``logits [EXPERTS]`` (``-inf`` where not ``valid``): softmax, then
-    ``TOP_K`` rounds of argmax (the lowest expert on ties), each winner masked out of the scores;
-    stores the weights and ids of row ``row``."""
+    ``TOP_K`` rounds of argmax (the lowest expert on ties), each winner masked out of the scores
+    (``bias``, from ``_score_bias``, added to them); stores the weights and ids of row ``row``."""
     probs = tl.exp(logits - tl.max(logits, 0))
     probs = probs / tl.sum(probs, 0)
     scores = probs
     if HAS_BIAS:
-        scores += tl.load(bias_ptr + expert, mask=valid, other=0.0).to(tl.float32)
+        scores += bias
     scores = tl.where(valid, scores, -float("inf"))
     slot = tl.arange(0, SLOTS)
     chosen = tl.zeros((SLOTS,), dtype=tl.int64)
@@ -52,6 +60,7 @@ def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts
                          norm_min, TOP_K: tl.constexpr, SLOTS: tl.constexpr, EXPERTS: tl.constexpr,
                          TERMS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr):
     """One token a program: its ``TERMS`` partial logits summed, then routed."""
+    bias = _score_bias(bias_ptr, num_experts, EXPERTS, HAS_BIAS)
     wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     expert = tl.arange(0, EXPERTS)
@@ -60,7 +69,7 @@ def _topk_softmax_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, num_experts
     for term in tl.static_range(1, TERMS):
         logits += tl.load(logits_ptr + row * stride_row + term * stride_term + expert, mask=valid,
                           other=0.0).to(tl.float32)
-    _route(logits, expert, valid, bias_ptr, weights_ptr, ids_ptr, row, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
+    _route(logits, expert, valid, bias, weights_ptr, ids_ptr, row, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
            RENORMALIZE)
 
 
@@ -77,6 +86,7 @@ def _router_topk_kernel(x_ptr, w_ptr, bias_ptr, logits_ptr, lock_ptr, weights_pt
     ks = tl.arange(0, BLOCK_K)
     inside = (rows[:, None] < num_experts) & (ks[None, :] < K)
     w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + ks[None, :], mask=inside, other=0.0)
+    bias = _score_bias(bias_ptr, num_experts, EXPERTS, HAS_BIAS)  # for the last program, which routes
     wait_for_inputs_held(PDL)  # the experts' GEMV launches when the last program routes
     x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
     logits = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
@@ -90,7 +100,7 @@ def _router_topk_kernel(x_ptr, w_ptr, bias_ptr, logits_ptr, lock_ptr, weights_pt
         expert = tl.arange(0, EXPERTS)
         valid = expert < num_experts
         every = tl.load(logits_ptr + expert, mask=valid, other=-float("inf"), cache_modifier=".cg")
-        _route(every, expert, valid, bias_ptr, weights_ptr, ids_ptr, 0, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
+        _route(every, expert, valid, bias, weights_ptr, ids_ptr, 0, norm_min, TOP_K, SLOTS, EXPERTS, HAS_BIAS,
                RENORMALIZE)
         tl.atomic_xchg(lock_ptr, 0)
 

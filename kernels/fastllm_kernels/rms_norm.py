@@ -24,10 +24,11 @@ def _rms_norm_kernel(
     stride_x, stride_summand, stride_residual, stride_out, stride_new_residual, hidden,
     BLOCK: tl.constexpr, SUMMANDS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
 ):
-    wait_for_inputs(PDL, RELEASE_FIRST=True)
-    row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # a parameter: before the wait
+    wait_for_inputs(PDL, RELEASE_FIRST=True)
+    row = tl.program_id(0).to(tl.int64)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     for summand in tl.static_range(1, SUMMANDS):
         x += tl.load(x_ptr + row * stride_x + summand * stride_summand + cols, mask=mask, other=0.0).to(tl.float32)
@@ -37,7 +38,6 @@ def _rms_norm_kernel(
         tl.store(new_residual_ptr + row * stride_new_residual + cols, summed, mask=mask)
         x = summed.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, 0) / hidden + eps)
-    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_out + cols, (x * rstd * weight).to(out_ptr.dtype.element_ty),
              mask=mask)
 

@@ -32,16 +32,12 @@ def head_halves(x_ptr, stride_head, num_heads, HEADS_PAD: tl.constexpr, ROT_HALF
 
 
 @triton.jit
-def _rotate_heads(ptr1, ptr2, mask, x1, x2, cos, sin, norm_ptr, eps, ROT_HALF: tl.constexpr,
-                  HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
-    """Rotate loaded halves ``x1``, ``x2`` (float32; ``NORM``: RMS-normalised per head first, rounded
-    to x's dtype as the norm kernel rounds), store them in place; returns them in x's dtype."""
+def _rotate_heads(ptr1, ptr2, mask, x1, x2, cos, sin, w1, w2, eps, ROT_HALF: tl.constexpr, NORM: tl.constexpr):
+    """Rotate loaded halves ``x1``, ``x2`` (float32; ``NORM``: RMS-normalised per head first with the
+    weights' halves ``w1``, ``w2``, rounded to x's dtype as the norm kernel rounds), store them in
+    place; returns them in x's dtype."""
     if NORM:  # the rotary dims are the whole head (rotary_args checks)
         rstd = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * ROT_HALF) + eps)[:, None]
-        # the norm's weights as one head, [1, HALF_PAD]
-        w1_ptr, w2_ptr, w_mask = head_halves(norm_ptr, 0, 1, 1, ROT_HALF, HALF_PAD, IS_NEOX)
-        w1 = tl.load(w1_ptr, mask=w_mask, other=0.0).to(tl.float32)
-        w2 = tl.load(w2_ptr, mask=w_mask, other=0.0).to(tl.float32)
         x1 = (x1 * rstd * w1).to(ptr1.dtype.element_ty).to(tl.float32)
         x2 = (x2 * rstd * w2).to(ptr1.dtype.element_ty).to(tl.float32)
     y1 = (x1 * cos - x2 * sin).to(ptr1.dtype.element_ty)
@@ -52,31 +48,49 @@ def _rotate_heads(ptr1, ptr2, mask, x1, x2, cos, sin, norm_ptr, eps, ROT_HALF: t
 
 
 @triton.jit
-def rotate_token(token, positions_ptr, q_ptr, k_ptr, cos_sin_ptr,
-                 stride_qt, stride_qh, stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads,
-                 q_norm_ptr, k_norm_ptr, eps,
-                 Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
-                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
-    """Rotate every query and key head of one token in place (``NORM``: RMSNorm each head first);
-    returns the keys' rotated halves ``[KV_HEADS_PAD, HALF_PAD]`` in their dtype. Every head is
-    loaded before the position's cos/sin row, whose address waits for the position: two memory
-    round trips a token, not one a tensor."""
-    q1_ptr, q2_ptr, q_mask = head_halves(q_ptr + token * stride_qt, stride_qh, num_heads, Q_HEADS_PAD, ROT_HALF,
-                                         HALF_PAD, IS_NEOX)
-    k1_ptr, k2_ptr, k_mask = head_halves(k_ptr + token * stride_kt, stride_kh, num_kv_heads, KV_HEADS_PAD,
-                                         ROT_HALF, HALF_PAD, IS_NEOX)
+def _head_weights(norm_ptr, ROT_HALF: tl.constexpr, HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
+    """A head norm's weights as one head's halves, ``[1, HALF_PAD]`` each, in float32."""
+    w1_ptr, w2_ptr, w_mask = head_halves(norm_ptr, 0, 1, 1, ROT_HALF, HALF_PAD, IS_NEOX)
+    return tl.load(w1_ptr, mask=w_mask, other=0.0).to(tl.float32), tl.load(w2_ptr, mask=w_mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def token_rotation(token, positions_ptr, cos_sin_ptr, stride_cos_sin, q_norm_ptr, k_norm_ptr,
+                   ROT_HALF: tl.constexpr, HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
+    """What rotating one token takes besides its heads: its position's cos and sin rows and (``NORM``)
+    the head norms' weights, ``(cos, sin, q_w1, q_w2, k_w1, k_w2)``. Step inputs and parameters only,
+    so a dependent launch loads them before its wait (``pdl``)."""
     position = tl.load(positions_ptr + token)
-    q1 = tl.load(q1_ptr, mask=q_mask, other=0.0).to(tl.float32)
-    q2 = tl.load(q2_ptr, mask=q_mask, other=0.0).to(tl.float32)
-    k1 = tl.load(k1_ptr, mask=k_mask, other=0.0).to(tl.float32)
-    k2 = tl.load(k2_ptr, mask=k_mask, other=0.0).to(tl.float32)
     pairs = tl.arange(0, HALF_PAD)
     row = cos_sin_ptr + position * stride_cos_sin + pairs
     cos = tl.load(row, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
     sin = tl.load(row + ROT_HALF, mask=pairs < ROT_HALF, other=0.0).to(tl.float32)[None, :]
-    _rotate_heads(q1_ptr, q2_ptr, q_mask, q1, q2, cos, sin, q_norm_ptr, eps, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
-    return _rotate_heads(k1_ptr, k2_ptr, k_mask, k1, k2, cos, sin, k_norm_ptr, eps, ROT_HALF, HALF_PAD, IS_NEOX,
-                         NORM)
+    if NORM:
+        q_w1, q_w2 = _head_weights(q_norm_ptr, ROT_HALF, HALF_PAD, IS_NEOX)
+        k_w1, k_w2 = _head_weights(k_norm_ptr, ROT_HALF, HALF_PAD, IS_NEOX)
+    else:  # unused
+        q_w1, q_w2, k_w1, k_w2 = cos, sin, cos, sin
+    return cos, sin, q_w1, q_w2, k_w1, k_w2
+
+
+@triton.jit
+def rotate_token(token, rotation, q_ptr, k_ptr, stride_qt, stride_qh, stride_kt, stride_kh, num_heads, num_kv_heads,
+                 eps, Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
+                 HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr):
+    """Rotate every query and key head of one token in place (``NORM``: RMSNorm each head first) by
+    ``rotation`` (``token_rotation``'s); returns the keys' rotated halves ``[KV_HEADS_PAD, HALF_PAD]``
+    in their dtype. All heads load at once: one memory round trip a token, not one a tensor."""
+    cos, sin, q_w1, q_w2, k_w1, k_w2 = rotation
+    q1_ptr, q2_ptr, q_mask = head_halves(q_ptr + token * stride_qt, stride_qh, num_heads, Q_HEADS_PAD, ROT_HALF,
+                                         HALF_PAD, IS_NEOX)
+    k1_ptr, k2_ptr, k_mask = head_halves(k_ptr + token * stride_kt, stride_kh, num_kv_heads, KV_HEADS_PAD,
+                                         ROT_HALF, HALF_PAD, IS_NEOX)
+    q1 = tl.load(q1_ptr, mask=q_mask, other=0.0).to(tl.float32)
+    q2 = tl.load(q2_ptr, mask=q_mask, other=0.0).to(tl.float32)
+    k1 = tl.load(k1_ptr, mask=k_mask, other=0.0).to(tl.float32)
+    k2 = tl.load(k2_ptr, mask=k_mask, other=0.0).to(tl.float32)
+    _rotate_heads(q1_ptr, q2_ptr, q_mask, q1, q2, cos, sin, q_w1, q_w2, eps, ROT_HALF, NORM)
+    return _rotate_heads(k1_ptr, k2_ptr, k_mask, k1, k2, cos, sin, k_w1, k_w2, eps, ROT_HALF, NORM)
 
 
 @triton.jit
@@ -87,10 +101,12 @@ def _rotary_kernel(
     Q_HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, ROT_HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):
+    token = tl.program_id(0).to(tl.int64)
+    rotation = token_rotation(token, positions_ptr, cos_sin_ptr, stride_cos_sin, q_norm_ptr, k_norm_ptr, ROT_HALF,
+                              HALF_PAD, IS_NEOX, NORM)
     wait_for_inputs(PDL)
-    rotate_token(tl.program_id(0).to(tl.int64), positions_ptr, q_ptr, k_ptr, cos_sin_ptr, stride_qt, stride_qh,
-                 stride_kt, stride_kh, stride_cos_sin, num_heads, num_kv_heads, q_norm_ptr, k_norm_ptr, eps,
-                 Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
+    rotate_token(token, rotation, q_ptr, k_ptr, stride_qt, stride_qh, stride_kt, stride_kh, num_heads, num_kv_heads,
+                 eps, Q_HEADS_PAD, KV_HEADS_PAD, ROT_HALF, HALF_PAD, IS_NEOX, NORM)
 
 
 def _heads_view(x: torch.Tensor, head_size: int) -> torch.Tensor:
@@ -106,7 +122,7 @@ HeadNorms = tuple[torch.Tensor, torch.Tensor, float]
 
 def rotary_args(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor,
                 head_size: int, is_neox: bool = True, norms: HeadNorms | None = None) -> tuple[tuple, dict]:
-    """``rotate_token``'s arguments after ``token``: (run-time values, compile-time ones)."""
+    """The rotary kernels' arguments, as ``_rotary_kernel`` takes them: (run-time values, compile-time ones)."""
     q, k = _heads_view(query, head_size), _heads_view(key, head_size)
     rot_dim = cos_sin_cache.shape[-1]
     assert rot_dim <= head_size and rot_dim % 2 == 0 and cos_sin_cache.stride(-1) == 1
