@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from fastllm_kernels.rms_norm import fused_add_rms_norm, fused_add_rms_norm_ref, rms_norm, rms_norm_ref
-from kernel_testing import DTYPES, TOLERANCE, randn, rel_err
+from kernel_testing import DEVICE, DTYPES, TOLERANCE, randn, rel_err
 
 SHAPES = [(5, 1000), (3, 4096)]
 
@@ -52,7 +52,7 @@ def test_fused_add_rms_norm_writes_rows_of_given_tensors(dtype):
     ``[ranks, tokens, hidden]`` buffer, transposed), the residual updated in place, the output
     written into those rows of a larger tensor; the other rows are left alone."""
     slots, residual = randn(2, 9, 1000, dtype=dtype), randn(9, 1000, dtype=dtype)
-    weight, out = randn(1000, dtype=dtype), torch.full((9, 1000), float("nan"), dtype=dtype)
+    weight, out = randn(1000, dtype=dtype), torch.full((9, 1000), float("nan"), dtype=dtype, device=DEVICE)
     rows, before = slice(4, 9), residual.clone()
     summands = slots[:, rows].transpose(0, 1)
 
