@@ -27,3 +27,14 @@ def fp8_tensor_cores(device: torch.device) -> bool:
 def multiprocessors(device: torch.device) -> int:
     """The CUDA device's multiprocessor count, asked once: grids size themselves by it every launch."""
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+RESIDENT_BLOCKS = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24}
+"""Thread blocks one multiprocessor holds at most, by compute capability, where CUDA's table does
+not give 32 (Volta, A100, Hopper)."""
+
+
+@functools.lru_cache(maxsize=None)
+def resident_blocks(device: torch.device) -> int:
+    """The most thread blocks one multiprocessor of the CUDA ``device`` holds at once."""
+    return RESIDENT_BLOCKS.get(torch.cuda.get_device_capability(device), 32)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastllm_kernels.device import resident_blocks
 from fastllm_kernels.quant.dequant import NF4_CODES
 from fastllm_kernels.quant import weight_gemm
 from fastllm_kernels.quant.weight_gemm import (EXPERT_TILING, FOUR_BIT_EXPERT_TILING, WIDE_EXPERT_TILING, Tiling,
@@ -130,8 +131,24 @@ def test_a_launch_past_one_wave_of_one_warp_programs_takes_four_warp_programs(mo
     4224 places) goes wide, its down (3840) and 4-bit experts keep their tiles."""
     monkeypatch.setattr(weight_gemm, "compiled_nvidia", lambda device: True)
     monkeypatch.setattr(weight_gemm, "multiprocessors", lambda device: 132)
+    monkeypatch.setattr(weight_gemm, "resident_blocks", lambda device: 32)
     gpu, fp8, int4 = torch.device("cuda"), WeightFormat(False, fp8=True), WeightFormat(True, group=32)
     assert weight_gemm.expert_tiling(fp8, gpu, 6 * 3072) == WIDE_EXPERT_TILING
     assert weight_gemm.expert_tiling(WeightFormat(False, dense=True), gpu, 6 * 3072) == WIDE_EXPERT_TILING
     assert weight_gemm.expert_tiling(fp8, gpu, 6 * 2560) == EXPERT_TILING
     assert weight_gemm.expert_tiling(int4, gpu, 6 * 3072) == FOUR_BIT_EXPERT_TILING
+
+
+def test_one_wave_is_counted_with_the_devices_resident_blocks(monkeypatch):
+    """An Ada SM (8.9) holds 24 blocks, a Hopper one 32: ERNIE's down (3840 programs) overflows 132
+    Ada-style SMs (3168 places) but not Hopper's (4224)."""
+    monkeypatch.setattr(weight_gemm, "compiled_nvidia", lambda device: True)
+    monkeypatch.setattr(weight_gemm, "multiprocessors", lambda device: 132)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 9) if device.index == 1 else (9, 0))
+    resident_blocks.cache_clear()
+    try:
+        fp8 = WeightFormat(False, fp8=True)
+        assert weight_gemm.expert_tiling(fp8, torch.device("cuda", 1), 6 * 2560) == WIDE_EXPERT_TILING
+        assert weight_gemm.expert_tiling(fp8, torch.device("cuda", 0), 6 * 2560) == EXPERT_TILING
+    finally:
+        resident_blocks.cache_clear()

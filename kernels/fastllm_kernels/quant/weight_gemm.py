@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastllm_kernels.device import compiled_nvidia, multiprocessors
+from fastllm_kernels.device import compiled_nvidia, multiprocessors, resident_blocks
 from fastllm_kernels.host_math import cdiv, next_power_of_2
 from fastllm_kernels.pdl import pdl_launch, wait_for_inputs
 from fastllm_kernels.quant.common import block_m, dot_precision
@@ -477,9 +477,8 @@ models' routed experts at batch 1, the L2-cold layer bench's best or within 2% o
 of them covers the launch."""
 WIDE_EXPERT_TILING = Tiling(16, 512, num_warps=4, num_stages=1)
 """The same share a warp in four-warp programs: for a launch of more one-warp programs than the SMs
-hold at once (``BLOCKS_PER_SM`` each), whose last programs would run as a second, thin wave
-(ERNIE-4.5-21B-A3B's gate/up at batch 1: 4608 programs for 4224 places on 132 SMs)."""
-BLOCKS_PER_SM = 32  # resident thread blocks an SM holds at most (compute capability 7.0 to 9.0)
+hold at once (``device.resident_blocks`` each), whose last programs would run as a second, thin wave
+(ERNIE-4.5-21B-A3B's gate/up at batch 1: 4608 programs for 4224 places on an H100's or H200's 132 SMs)."""
 FOUR_BIT_EXPERT_TILING = Tiling(4, 1024, num_warps=1, num_stages=2)
 """4-bit experts: the one-row tile of int4 layers (the next slice loaded ahead); one warp, so nf4
 looks its codes up in the given book, not the pair table of the NF4 constants."""
@@ -493,7 +492,7 @@ def expert_tiling(fmt: WeightFormat, device: torch.device, rows: int) -> Tiling:
         return replace(FOUR_BIT_EXPERT_TILING if fmt.four_bit else EXPERT_TILING, block_n=32)
     if fmt.four_bit:
         return FOUR_BIT_EXPERT_TILING
-    one_wave = BLOCKS_PER_SM * multiprocessors(device)
+    one_wave = resident_blocks(device) * multiprocessors(device)
     return WIDE_EXPERT_TILING if cdiv(rows, EXPERT_TILING.block_n) > one_wave else EXPERT_TILING
 
 
