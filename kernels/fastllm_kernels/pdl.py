@@ -4,8 +4,9 @@ before it in the stream, or in the CUDA graph, is still running.
 A batch-1 decode step is a chain of ~10 kernels a layer, each a few microseconds long, and each
 used to pay for its own launch and for its first loads' round trip to memory. A kernel launched
 dependent calls ``wait_for_inputs`` before it reads anything an earlier kernel wrote and before
-its first store; what it loads before that must be data no kernel of the step writes (a GEMV's
-weights; decode attention's lengths and block tables, copied in before the step, and its older keys),
+its first store; what it loads before that must be data no kernel of the step writes (parameters:
+a GEMV's weights and scales, norm weights, the router's bias; step inputs copied in before the step:
+positions, cache slots, decode attention's lengths and block tables; cache entries of earlier steps),
 so those loads run under the previous kernel. ``wait_for_inputs`` waits for the previous kernel to
 finish (which waited for its own predecessor, and so on), then lets the next kernel launch; the
 RMSNorm lets it launch first, so that two GEMVs with a norm between them overlap.
