@@ -51,7 +51,8 @@ def _rotate_heads(ptr1, ptr2, mask, x1, x2, cos, sin, w1, w2, eps, ROT_HALF: tl.
 def _head_weights(norm_ptr, ROT_HALF: tl.constexpr, HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
     """A head norm's weights as one head's halves, ``[1, HALF_PAD]`` each, in float32."""
     w1_ptr, w2_ptr, w_mask = head_halves(norm_ptr, 0, 1, 1, ROT_HALF, HALF_PAD, IS_NEOX)
-    return tl.load(w1_ptr, mask=w_mask, other=0.0).to(tl.float32), tl.load(w2_ptr, mask=w_mask, other=0.0).to(tl.float32)
+    w1 = tl.load(w1_ptr, mask=w_mask, other=0.0).to(tl.float32)
+    return w1, tl.load(w2_ptr, mask=w_mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
