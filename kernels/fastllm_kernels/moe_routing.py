@@ -23,10 +23,14 @@ ROUTER_WARP_BYTES = 16384  # of a row, a warp's registers hold
 
 @triton.jit
 def _score_bias(bias_ptr, num_experts, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The score-correction bias ``[EXPERTS]`` in float32 (None without one): a parameter, so
-    loaded before the wait."""
+    """The score-correction bias ``[EXPERTS]`` in float32 (zeros without one, unused: Triton 3.6
+    returns no None from a function): a parameter, so loaded before the wait."""
     expert = tl.arange(0, EXPERTS)
-    return tl.load(bias_ptr + expert, mask=expert < num_experts, other=0.0).to(tl.float32) if HAS_BIAS else None
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + expert, mask=expert < num_experts, other=0.0).to(tl.float32)
+    else:
+        bias = tl.zeros((EXPERTS,), dtype=tl.float32)
+    return bias
 
 
 @triton.jit
