@@ -86,9 +86,8 @@ def _decode_split_kernel(
     num_kv_heads = tl.num_programs(1)
     num_splits = tl.num_programs(2)
 
-    # The lengths and tables were copied in before the step's first launch, and every key but this step's
-    # was written by an earlier step: the first tile of them loads under the previous kernel (values after
-    # the wait: both tiles in registers would spill).
+    # The lengths and tables were copied in before the step's first launch, and every key and value but
+    # this step's was written by an earlier step: their first tile loads under the previous kernel.
     seq_len = tl.load(seq_lens_ptr + seq)
     split_len = _piece_length(seq_len, num_splits, BLOCK_N)
     start = split * split_len
@@ -100,6 +99,7 @@ def _decode_split_kernel(
     token = _tile_tokens(table, cols, end, stride_cache_block, stride_cache_token, head_offset, BLOCK_SIZE)
     older = cols < seq_len - 1
     k = tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=older[None, :], other=0.0)
+    v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=older[:, None], other=0.0)
     wait_for_inputs(PDL)
     if SPLIT:
         if start >= seq_len:  # past the context (a short one, under a grid sized for long ones): the merge skips it
@@ -112,7 +112,7 @@ def _decode_split_kernel(
                 mask=row_mask[:, None], other=0.0)
     newest = cols == seq_len - 1  # this step's key and value, in the first tile or a later one
     k = tl.where(newest[None, :], tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=newest[None, :]), k)
-    v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=(cols < end)[:, None], other=0.0)
+    v = tl.where(newest[:, None], tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=newest[:, None]), v)
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
@@ -181,9 +181,10 @@ class DecodeTiling:
 
 def default_decode_tiling(head_dim: int) -> DecodeTiling:
     """From the H100 sweep (``kernels/bench_kernels.py --sweep-decode``; figures in
-    benchmarks/RESULTS.md): 64 keys a step, two warps, three stages. 128 keys with four warps was
-    faster over long contexts at batch 1 but halves the pieces of a short one, and lost there."""
-    return DecodeTiling(64, 2, 3) if head_dim <= 128 else DecodeTiling(32)
+    benchmarks/RESULTS.md): 64 keys a step, three stages. 128 keys with four warps was faster over
+    long contexts at batch 1 but halves the pieces of a short one, and lost there. Four warps, not
+    two: the first key and value tiles both load before the wait, which spills at two."""
+    return DecodeTiling(64, 4, 3) if head_dim <= 128 else DecodeTiling(32)
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
