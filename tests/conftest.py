@@ -16,6 +16,13 @@ if not torch.cuda.is_available():
 
 from fastllm.model_loader.resolve import embedded_model_path
 
+def needs_ranks(world: int) -> pytest.MarkDecorator:
+    """For a test whose engine runs ``world`` ranks: over gloo on a machine without CUDA, one GPU a
+    rank on one with it, so a CUDA machine with fewer GPUs skips the test (the engine refuses)."""
+    visible = torch.cuda.device_count()
+    return pytest.mark.skipif(0 < visible < world, reason=f"{world} ranks on CUDA need {world} GPUs, {visible} visible")
+
+
 TINY_LLAMA = dict(
     architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=256, hidden_size=64,
     intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

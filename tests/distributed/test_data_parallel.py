@@ -9,10 +9,12 @@ import pytest
 from fastllm import LLM, SamplingParams
 from fastllm.engine.data_parallel import ReplicaGroup
 from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, TINY_PROMPTS, _generate
+from tests.conftest import needs_ranks
 
 PROMPTS = SMOL_PROMPTS + ["Once upon a time", "The three primary colors are"]
 
 
+@needs_ranks(2)
 def test_dp2_matches_one_engine_and_balances(smollm2_path, smollm2_llm):
     params = SamplingParams(temperature=0.0, max_tokens=8)
     expected = [o.outputs.token_ids for o in _generate(smollm2_llm, PROMPTS, params)]
@@ -43,6 +45,7 @@ def test_dp2_matches_one_engine_and_balances(smollm2_path, smollm2_llm):
     assert not multiprocessing.active_children()
 
 
+@needs_ranks(4)
 def test_dp2_replicas_of_tp2(tiny_llama_dir):
     """Each replica drives its own tensor-parallel worker (a replica may have children)."""
     params = SamplingParams(temperature=0.0, max_tokens=6)
@@ -57,6 +60,7 @@ def test_dp2_replicas_of_tp2(tiny_llama_dir):
     assert not multiprocessing.active_children()
 
 
+@needs_ranks(2)
 def test_failed_start_stops_the_started_replicas(tiny_llama_dir, monkeypatch):
     """A failure after the replicas start (here: reading their facts) surfaces and leaves no
     replica behind (a non-daemon one left running would hang the interpreter's exit)."""

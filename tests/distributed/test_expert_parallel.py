@@ -9,13 +9,14 @@ import pytest
 import fastllm.layers.fused_moe as fused_moe
 from fastllm import LLM, SamplingParams
 from fastllm.layers.fused_moe import FusedMoE
-from tests.conftest import hf_greedy
+from tests.conftest import hf_greedy, needs_ranks
 from tests.models.test_moe_equivalence import MAX_NEW, PROMPTS, _greedy, _tokens
 from tests.models.tiny_checkpoints import ARCHITECTURES, save_tiny_checkpoint
 
 
 @pytest.mark.parametrize("model_type,all_to_all", [("ernie4_5_moe", False),  # routed and shared experts
                                                     ("ernie4_5_moe", True), ("qwen3_moe", True)])
+@needs_ranks(2)
 def test_expert_parallel_2_matches_hf(model_type, all_to_all, tmp_path, monkeypatch):
     dispatches = []
     if all_to_all:  # every step, decode included (read on the driver, handed to the workers)
@@ -40,6 +41,7 @@ def test_expert_parallel_2_matches_hf(model_type, all_to_all, tmp_path, monkeypa
 
 
 
+@needs_ranks(2)
 @pytest.mark.parametrize("padded", [False, True])
 def test_data_parallel_attention_with_experts_over_the_replicas_matches_hf(padded, tmp_path):
     """Two one-rank replicas, each with its own requests and KV cache, hold half the experts each:
@@ -66,6 +68,7 @@ def test_data_parallel_attention_with_experts_over_the_replicas_matches_hf(padde
         llm.shutdown()
 
 
+@needs_ranks(4)
 def test_data_parallel_experts_need_one_gpu_replicas(tmp_path):
     folder, _ = save_tiny_checkpoint("qwen3_moe", tmp_path)
     with pytest.raises(ValueError, match="tensor_parallel_size=1"):

@@ -15,7 +15,7 @@ from fastllm.attention.metadata import AttentionMetadata
 from fastllm.worker import model_runner
 from fastllm.worker.micro_batches import micro_batch_count, split_step
 from fastllm.testing.models import save_tiny_checkpoint
-from tests.conftest import TINY_LLAMA
+from tests.conftest import TINY_LLAMA, needs_ranks
 from tests.distributed.test_tensor_parallel import (TINY_PROMPTS, _generate, assert_same_outputs,
                                                     assert_smollm2_matches, assert_start_fails)
 
@@ -40,7 +40,7 @@ def tiny_expected(tiny_checkpoint):
     return _generate(_tiny(tiny_checkpoint), [{"prompt_token_ids": p} for p in TINY_PROMPTS], PARAMS)
 
 
-@pytest.mark.parametrize("tp, pp", [(1, 2), (2, 2)])
+@pytest.mark.parametrize("tp, pp", [pytest.param(1, 2, marks=needs_ranks(2)), pytest.param(2, 2, marks=needs_ranks(4))])
 def test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, tp, pp):
     llm = _tiny(tiny_checkpoint, tp, pp)
     try:
@@ -52,18 +52,20 @@ def test_pipeline_matches_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_e
     assert not dist.is_initialized()
 
 
+@needs_ranks(2)
 def test_pp2_matches_one_process_on_smollm2(smollm2_path, smollm2_llm):
     """SmolLM2 ties its LM head to the embedding: the last stage holds the embedding too."""
     assert_smollm2_matches(smollm2_path, smollm2_llm, pipeline_parallel_size=2)
 
 
+@needs_ranks(3)
 def test_more_stages_than_layers_fails_at_start(tiny_llama_dir):
     assert_start_fails("2 layers cannot be split over pipeline_parallel_size=3",
                        lambda: LLM(tiny_llama_dir, load_format="dummy", pipeline_parallel_size=3,
                                    num_gpu_blocks_override=8))
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp", [pytest.param(1, marks=needs_ranks(2)), pytest.param(2, marks=needs_ranks(4))])
 def test_micro_batches_match_one_process_on_tiny_checkpoint(tiny_checkpoint, tiny_expected, monkeypatch, tp):
     """Steps of 16 tokens cut into 4 micro-batches: prefill chunks and decodes cut mid-run."""
     monkeypatch.setenv("FASTLLM_PP_MICRO_BATCH_TOKENS", "4")  # read by every rank, spawned ones too

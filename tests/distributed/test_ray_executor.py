@@ -23,8 +23,10 @@ from ray.util.placement_group import placement_group_table
 
 from fastllm import SamplingParams
 from fastllm.executor import WorkerError
+from tests.conftest import needs_ranks
 from tests.distributed.test_tensor_parallel import TINY_PROMPTS, _generate, _tiny, assert_same_outputs
 
+pytestmark = needs_ranks(2)  # every test runs two ranks
 EXIT_TIMEOUT_S = 120
 RELEASE_TIMEOUT_S = 30
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from fastllm import LLM, SamplingParams
 from fastllm.executor import WorkerError
 from fastllm.bench.model_size import local_model, num_parameters
-from tests.conftest import TINY_LLAMA
+from tests.conftest import TINY_LLAMA, needs_ranks
 
 TINY_PROMPTS = [[5, 17, 42, 99, 3], [7, 8, 9], list(range(10, 50))]
 SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):"]
@@ -48,6 +48,7 @@ def _workers(llm: LLM) -> list[multiprocessing.Process]:
     return list(llm.engine.runner.workers.procs)
 
 
+@needs_ranks(2)
 def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     params = SamplingParams(temperature=0.0, max_tokens=12, logprobs=2, prompt_logprobs=2)
     prompts = [{"prompt_token_ids": p} for p in TINY_PROMPTS]
@@ -67,6 +68,7 @@ def test_tp2_matches_tp1_on_tiny_llama(tiny_llama_dir):
     assert gpus == 2 and gpus * num_parameters(shard) - num_parameters(whole) == extra
 
 
+@needs_ranks(2)
 @pytest.mark.parametrize("triton_ops", ["0", "1"])  # torch's reduction, then the kernels' (interpreted)
 def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path, monkeypatch, triton_ops):
     """Plain greedy steps skip the logits' all-gather: each rank sends its shard's max, token and
@@ -96,6 +98,7 @@ def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path, monkeypatch
         assert a.outputs.cumulative_logprob == pytest.approx(e.outputs.cumulative_logprob, abs=1e-4)
 
 
+@needs_ranks(2)
 def test_tp2_int4_calibrates_on_every_rank(tiny_llama_dir):
     """Online int4 runs the load-time random-token calibration on every rank (its collectives
     must pair up, or start-up hangs) and each rank fits its own shards. Quantizing shards is not
@@ -136,15 +139,18 @@ def assert_start_fails(match: str, build) -> None:
     assert not dist.is_initialized()
 
 
+@needs_ranks(3)
 def test_tp3_matches_tp1_on_smollm2(smollm2_path, smollm2_llm):
     assert_smollm2_matches(smollm2_path, smollm2_llm, tensor_parallel_size=3)
 
 
+@needs_ranks(3)
 def test_heads_not_divisible_fails_at_start(tiny_llama_dir):
     assert_start_fails("4 attention heads cannot be split over tensor_parallel_size=3",
                        lambda: _tiny(tiny_llama_dir, 3))
 
 
+@needs_ranks(2)
 def test_failed_start_leaves_no_workers(tmp_path):
     # heads split, but every rank's down projection refuses 129 input features, after spawning
     (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "intermediate_size": 129}))
@@ -154,6 +160,7 @@ def test_failed_start_leaves_no_workers(tmp_path):
     assert not dist.is_initialized()
 
 
+@needs_ranks(2)
 def test_workers_exit_when_llm_is_deleted(tiny_llama_dir):
     llm = _tiny(tiny_llama_dir, 2)
     workers = _workers(llm)
@@ -166,6 +173,7 @@ def test_workers_exit_when_llm_is_deleted(tiny_llama_dir):
     assert not dist.is_initialized()
 
 
+@needs_ranks(2)
 def test_worker_crash_raises_instead_of_hanging(tiny_llama_dir):
     llm = _tiny(tiny_llama_dir, 2)
     try:

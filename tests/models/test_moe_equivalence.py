@@ -14,7 +14,7 @@ from transformers import AutoConfig
 from fastllm import LLM, SamplingParams
 from fastllm.model_loader.dummy_loader import DummyLoader
 from fastllm.registry import registry
-from tests.conftest import hf_greedy
+from tests.conftest import hf_greedy, needs_ranks
 from tests.models.tiny_checkpoints import ARCHITECTURES, COMMON, save_tiny_checkpoint
 
 SHARED = list(range(100, 140))  # a 40-token prefix: two full 16-token blocks for the prefix cache
@@ -102,6 +102,7 @@ def test_chunked_prefill_preemption_and_prefix_hits_match_hf(checkpoint):
     assert llm.engine.kv_cache.num_free_blocks == llm.engine.kv_cache.pool.num_usable_blocks
 
 
+@needs_ranks(2)
 @pytest.mark.parametrize("checkpoint", MOE, indirect=True)
 def test_tensor_parallel_2_matches_hf(checkpoint):
     folder, expected = checkpoint
@@ -113,6 +114,7 @@ def test_tensor_parallel_2_matches_hf(checkpoint):
         llm.shutdown()
 
 
+@needs_ranks(2)
 def test_dummy_weights_do_not_depend_on_tensor_parallel_size(tmp_path):
     """The dummy loader draws each stacked expert tensor whole and lets every rank keep its slice."""
     config = AutoConfig.for_model("ernie4_5_moe", **COMMON, **ARCHITECTURES["ernie4_5_moe"])

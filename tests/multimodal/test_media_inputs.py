@@ -14,6 +14,7 @@ from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
 from fastllm.engine.core_client import EngineCoreClient
 from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, data_url, hf_greedy_mm, image
+from tests.conftest import needs_ranks
 from tests.server.conftest import start_server
 
 GREEDY = SamplingParams(max_tokens=5, temperature=0.0)
@@ -120,6 +121,7 @@ def test_engine_core_sends_back_the_prompt_its_media_expanded(checkpoint, llm):
     assert len(expanded) > len(ids) and (output.prompt, output.prompt_token_ids) == (text, expanded)
 
 
+@needs_ranks(2)
 def test_tensor_parallel_matches_one_rank(checkpoint, llm):
     """Rank 0 runs the vision encoder; the step's M-RoPE positions and embeddings reach rank 1."""
     prompt = {"prompt": "Two ranks " + IMAGE + " see", "multimodal_data": {"image": [image(60, 40, 31)]}}
