@@ -78,7 +78,7 @@ def _decode_split_kernel(
     stride_cache_block, stride_cache_token, stride_cache_head, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    PRECISION: tl.constexpr, PDL: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr, PRELOAD_VALUES: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -87,7 +87,8 @@ def _decode_split_kernel(
     num_splits = tl.num_programs(2)
 
     # The lengths and tables were copied in before the step's first launch, and every key and value but
-    # this step's was written by an earlier step: their first tile loads under the previous kernel.
+    # this step's was written by an earlier step: the first tile of keys (and of values) loads under the
+    # previous kernel.
     seq_len = tl.load(seq_lens_ptr + seq)
     split_len = _piece_length(seq_len, num_splits, BLOCK_N)
     start = split * split_len
@@ -99,7 +100,8 @@ def _decode_split_kernel(
     token = _tile_tokens(table, cols, end, stride_cache_block, stride_cache_token, head_offset, BLOCK_SIZE)
     older = cols < seq_len - 1
     k = tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=older[None, :], other=0.0)
-    v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=older[:, None], other=0.0)
+    if PRELOAD_VALUES:
+        v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=older[:, None], other=0.0)
     wait_for_inputs(PDL)
     if SPLIT:
         if start >= seq_len:  # past the context (a short one, under a grid sized for long ones): the merge skips it
@@ -112,7 +114,10 @@ def _decode_split_kernel(
                 mask=row_mask[:, None], other=0.0)
     newest = cols == seq_len - 1  # this step's key and value, in the first tile or a later one
     k = tl.where(newest[None, :], tl.load(k_cache_ptr + token[None, :] + dims[:, None], mask=newest[None, :]), k)
-    v = tl.where(newest[:, None], tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=newest[:, None]), v)
+    if PRELOAD_VALUES:
+        v = tl.where(newest[:, None], tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=newest[:, None]), v)
+    else:
+        v = tl.load(v_cache_ptr + token[:, None] + dims[None, :], mask=(cols < end)[:, None], other=0.0)
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
@@ -172,19 +177,25 @@ def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) ->
 
 @dataclass(frozen=True)
 class DecodeTiling:
-    """``block_n`` keys a step of a piece's loop, with the launch's warps and pipeline stages."""
+    """``block_n`` keys a step of a piece's loop, with the launch's warps and pipeline stages;
+    ``preload_values``: the first value tile loads before the wait too, as the first key tile does."""
 
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    preload_values: bool = False
 
 
-def default_decode_tiling(head_dim: int) -> DecodeTiling:
+def default_decode_tiling(head_dim: int, sparse: bool = False) -> DecodeTiling:
     """From the H100 sweep (``kernels/bench_kernels.py --sweep-decode``; figures in
-    benchmarks/RESULTS.md): 64 keys a step, three stages. 128 keys with four warps was faster over
-    long contexts at batch 1 but halves the pieces of a short one, and lost there. Four warps, not
-    two: the first key and value tiles both load before the wait, which spills at two."""
-    return DecodeTiling(64, 4, 3) if head_dim <= 128 else DecodeTiling(32)
+    benchmarks/RESULTS.md): 64 keys a step, two warps, three stages. 128 keys with four warps was
+    faster over long contexts at batch 1 but halves the pieces of a short one, and lost there.
+    ``sparse`` (a launch of at most one program a multiprocessor: batch-1 decode, where the wait
+    is the critical path): the first value tile loads before the wait too, over four warps (two
+    spill with both tiles in registers); a full launch keeps two, which fit more programs at once."""
+    if head_dim > 128:
+        return DecodeTiling(32, preload_values=sparse)
+    return DecodeTiling(64, 4, 3, preload_values=True) if sparse else DecodeTiling(64, 2, 3)
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -211,7 +222,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_splits = _default_num_splits(q, num_kv_heads, block_tables.shape[1] * block_size)
     assert 1 <= num_splits <= _MAX_SPLITS
     group = num_heads // num_kv_heads
-    tiling = tiling or default_decode_tiling(head_dim)
+    programs = batch * num_kv_heads * num_splits
+    tiling = tiling or default_decode_tiling(head_dim, programs <= (multiprocessors(q.device) if q.is_cuda else 16))
     block_n = tiling.block_n
     split_out = split_lse = out  # placeholders: not read when num_splits == 1
     if num_splits > 1:
@@ -225,7 +237,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n, SPLIT=num_splits > 1,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tiling.num_warps,
-        num_stages=tiling.num_stages, **pdl_launch(q.device),
+        num_stages=tiling.num_stages, PRELOAD_VALUES=tiling.preload_values, **pdl_launch(q.device),
     )
     if num_splits > 1:
         _decode_merge_kernel[(batch, num_heads)](

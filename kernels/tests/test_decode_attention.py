@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fastllm_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from fastllm_kernels.decode_attention import DecodeTiling, paged_decode_attention, paged_decode_attention_ref
 from kernel_testing import DEVICE, DTYPES, TOLERANCE, nan_like, paged_kv, randn, rel_err
 
 SEQ_LENS = [1, 37, 300, 777]
@@ -44,18 +44,19 @@ def test_decode_splits_a_long_context():
     assert rel_err(out, ref) < TOLERANCE[torch.float32]
 
 
+@pytest.mark.parametrize("preload_values", [False, True])
 @pytest.mark.parametrize("num_splits", [1, 32])
-def test_padding_and_short_contexts_under_many_pieces(num_splits):
+def test_padding_and_short_contexts_under_many_pieces(num_splits, preload_values):
     """A grid sized for long contexts (as CUDA graphs capture it): a padding row (seq_len 0) gets
     zeros, short contexts fill their first pieces only, and the merge reads just those; unsplit, the
-    padding row's first tile (loaded before the wait) holds no key."""
+    padding row's first tile (loaded before the wait) holds no key (nor value: ``preload_values``)."""
     lens = [0, 5, 130]
     k_cache, v_cache, block_tables = paged_kv(lens, 16, 2, 64, torch.float32)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     q = randn(len(lens), 4, 64, dtype=torch.float32)
 
     out = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, 0.125, out=nan_like(q),
-                                 num_splits=num_splits)
+                                 num_splits=num_splits, tiling=DecodeTiling(64, 4, 3, preload_values))
     ref = paged_decode_attention_ref(q[1:], k_cache, v_cache, block_tables[1:], seq_lens[1:], 0.125)
 
     assert torch.equal(out[0], torch.zeros_like(out[0]))
