@@ -19,21 +19,15 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
-import subprocess
-import tempfile
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
+from decode_sass import cubin_listing  # siblings: the offline compile, the timing benchmark's formats
 from fastllm_kernels.quant.weight_gemm import plan
-from quant_gemm import FORMATS  # the formats the timing benchmark runs, this script's sibling
+from quant_gemm import FORMATS
 N, K = 28672, 4096
-TARGET = GPUTarget("cuda", 90, 32)
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 TRITON_TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -51,15 +45,7 @@ def compiled_sass(name: str, m: int, dtype: torch.dtype, iters: int) -> tuple[st
     launch = plan(m, N, K, FORMATS[name], None, dtype, torch.device("cpu"))  # splits: outside the K loop
     constexprs = dict(launch.constexprs, ITERS=iters)
     options = {key: constexprs.pop(key) for key in ("num_warps", "num_stages")}
-    sig = signature(launch.kernel, name, m, dtype)
-    sig.update({key: "constexpr" for key in constexprs})
-    aligned = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(sig) if sig[arg] != "constexpr"}
-    compiled = triton.compile(ASTSource(launch.kernel, sig, constexprs, aligned), target=TARGET, options=options)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        listing = subprocess.run([CUOBJDUMP, "-sass", cubin.name], capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([CUOBJDUMP, "--dump-resource-usage", cubin.name], capture_output=True, text=True).stdout
+    listing, usage = cubin_listing(launch.kernel, signature(launch.kernel, name, m, dtype), constexprs, options)
     registers = int(re.search(r"REG:(\d+)", usage).group(1))
     return listing, registers, constexprs["BLOCK_N"] * constexprs["BLOCK_K"] // (32 * options["num_warps"])
 
