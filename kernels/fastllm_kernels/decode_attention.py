@@ -149,11 +149,11 @@ def _decode_merge_kernel(
     SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):
     """Merge a sequence's pieces that hold context (no piece of seq_len 0: zeros)."""
-    wait_for_inputs(PDL)
     seq = tl.program_id(0)
     head = tl.program_id(1)
-    seq_len = tl.load(seq_lens_ptr + seq)
+    seq_len = tl.load(seq_lens_ptr + seq)  # a step input: before the wait, as in the split kernel
     pieces = tl.cdiv(seq_len, _piece_length(seq_len, num_splits, BLOCK_N))
+    wait_for_inputs(PDL)
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)
     part = (seq * tl.num_programs(1) + head) * num_splits + splits
