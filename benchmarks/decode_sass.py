@@ -1,8 +1,9 @@
 """Registers, spills and loads before the dependent-launch wait of the batch-1 decode kernels,
 compiled offline for an H100 / H200.
 
-No GPU needed: each kernel is compiled for sm_90 at the decode shapes of Qwen3-30B-A3B and
-ERNIE-4.5-21B-A3B (bf16, dependent launches on) and its SASS (``cuobjdump``, shipped with Triton)
+No GPU needed: each kernel (attention, routing, norms, rotary, the one-row and expert GEMVs) is
+compiled for sm_90 at the decode shapes of Qwen3-30B-A3B and ERNIE-4.5-21B-A3B (bf16 activations,
+dependent launches on) and its SASS (``cuobjdump``, shipped with Triton)
 is read: registers a thread, spill stores (``STL``), and global loads (``LDG``) before and after
 the first ``ACQBULK`` (the grid-dependency wait: loads before it run under the previous kernel).
 The code depends on the Triton version, and what one version compiles another may refuse (a
@@ -27,7 +28,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+import torch
+
 from fastllm_kernels import decode_attention, kv_cache, moe_routing
+from fastllm_kernels.linear import DENSE
+from fastllm_kernels.quant.fp8_gemm import FP8_WEIGHTS
+from fastllm_kernels.quant.weight_gemm import EXPERT_TILING, WIDE_EXPERT_TILING, WeightFormat, plan
 from fastllm_kernels.rms_norm import _rms_norm_kernel  # the package's ``rms_norm`` is the function
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -80,8 +86,9 @@ def decode_cases() -> list[Case]:
     for model, group in (("qwen3", 8), ("ernie", 5)):
         for head_dim, sparse in ((128, True), (128, False), (256, True)):
             tiling = decode_attention.default_decode_tiling(head_dim, sparse)
+            kind = "sparse" if sparse else "full"
             cases.append(Case(
-                f"decode split {model} d{head_dim} {'sparse' if sparse else 'full'}", decode_attention._decode_split_kernel,
+                f"decode split {model} d{head_dim} {kind}", decode_attention._decode_split_kernel,
                 dict(GROUP=group, GROUP_PAD=16, HEAD_DIM=head_dim, BLOCK_SIZE=64, BLOCK_N=tiling.block_n, SPLIT=True,
                      PRECISION="tf32", PDL=True, PRELOAD_VALUES=tiling.preload_values),
                 tiling.num_warps, tiling.num_stages, attention_types))
@@ -112,6 +119,34 @@ def decode_cases() -> list[Case]:
     return cases
 
 
+def gemv_case(name: str, n: int, k: int, fmt: WeightFormat, tiling=None, pairs: int = 1, **expert) -> Case:
+    """The one-row GEMV as ``weight_gemm`` (or, with ``expert`` settings, ``expert_gemv``) plans it;
+    planned for the CPU (no GPU to ask for its SM count: the K splits may differ), launched dependent."""
+    launch = plan(1, n, k, fmt, tiling, torch.bfloat16, torch.device("cpu"), pairs, expert.get("GATED", False))
+    constexprs = dict(launch.constexprs, **expert, PDL=True)
+    options = {key: constexprs.pop(key) for key in ("num_warps", "num_stages")}
+    q = "*u8" if fmt.fp8 else "*bf16" if fmt.dense else "*i32"
+    types = {"q_ptr": q, "code_ptr": "*fp32", "ws_ptr": "*fp32", "lock_ptr": "*i32", "ids_ptr": "*i64",
+             "route_ptr": "*fp32", "s_ptr": "*fp32" if fmt.fp8 else "*bf16"}
+    return Case(name, launch.kernel, constexprs, options["num_warps"], options["num_stages"], types)
+
+
+def gemv_cases() -> list[Case]:
+    """Qwen3-30B-A3B's attention projections and routed experts (8 pairs of 768 x 2048) at one row,
+    bf16 and e4m3; ERNIE-4.5-21B-A3B's gate/up in the wide expert tile (6 pairs of 3072 x 2560)."""
+    gated = dict(EXPERTS=True, IDS_READY=False, ROWS_PER_X=8, SUM_PAIRS=1, WEIGHTED=False, GATED=True, HAS_ADDEND=False)
+    down = dict(gated, IDS_READY=True, ROWS_PER_X=1, WEIGHTED=True, GATED=False)
+    cases = []
+    for label, fmt in (("bf16", DENSE), ("e4m3", FP8_WEIGHTS)):
+        cases += [gemv_case(f"gemv qkv qwen3 {label}", 5120, 2048, fmt),
+                  gemv_case(f"gemv o_proj qwen3 {label}", 2048, 4096, fmt),
+                  gemv_case(f"expert gate/up qwen3 {label}", 1536, 2048, fmt, EXPERT_TILING, 8, **gated),
+                  gemv_case(f"expert down qwen3 {label}", 2048, 768, fmt, EXPERT_TILING, 8, **down),
+                  gemv_case(f"expert gate/up ernie {label} wide", 3072, 2560, fmt, WIDE_EXPERT_TILING, 6,
+                            **dict(gated, ROWS_PER_X=6))]
+    return cases
+
+
 def report(case: Case) -> dict:
     listing, usage = cubin_listing(case.kernel, case.signature(), case.constexprs,
                                    {"num_warps": case.num_warps, "num_stages": case.num_stages, "launch_pdl": True})
@@ -129,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90")
     failed = 0
-    for case in decode_cases():
+    for case in decode_cases() + gemv_cases():
         if args.only not in case.name:
             continue
         try:

@@ -20,7 +20,7 @@ def test_decode_kernels_compile_for_sm90_without_spilling():
                          env=env, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = dict(re.findall(r"^(\S.*?)\s{2,}(\d+ registers.*)$", run.stdout, re.M))
-    assert len(rows) >= 15 and all(" 0 spill stores" in row for row in rows.values()), run.stdout
+    assert len(rows) >= 25 and all(" 0 spill stores" in row for row in rows.values()), run.stdout
     # batch-1 attention loads its first value tile under the previous kernel, as its first key tile
     before = {name: int(re.search(r"(\d+) before the wait", row).group(1)) for name, row in rows.items()}
     assert before["decode split qwen3 d128 sparse"] > before["decode split qwen3 d128 full"]
