@@ -38,7 +38,8 @@ def _route(logits, expert, valid, bias, weights_ptr, ids_ptr, row, norm_min, TOP
            SLOTS: tl.constexpr, EXPERTS: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr):
     """One token's float32 ``logits [EXPERTS]`` (``-inf`` where not ``valid``): softmax, then
     ``TOP_K`` rounds of argmax (the lowest expert on ties), each winner masked out of the scores
-    (``bias``, from ``_score_bias``, added to them); stores the weights and ids of row ``row``."""
+    (``bias``, from ``_score_bias``, added to them); stores the weights and ids of row ``row``.
+    Without a bias the winning score is the weight: no third reduction a round."""
     probs = tl.exp(logits - tl.max(logits, 0))
     probs = probs / tl.sum(probs, 0)
     scores = probs
@@ -49,9 +50,12 @@ def _route(logits, expert, valid, bias, weights_ptr, ids_ptr, row, norm_min, TOP
     chosen = tl.zeros((SLOTS,), dtype=tl.int64)
     weights = tl.zeros((SLOTS,), dtype=tl.float32)
     for j in tl.static_range(TOP_K):
-        best = tl.min(tl.where(scores == tl.max(scores, 0), expert, EXPERTS), 0)
+        top = tl.max(scores, 0)
+        best = tl.min(tl.where(scores == top, expert, EXPERTS), 0)
         chosen = tl.where(slot == j, best, chosen)
-        weights = tl.where(slot == j, tl.sum(tl.where(expert == best, probs, 0.0), 0), weights)
+        if HAS_BIAS:
+            top = tl.sum(tl.where(expert == best, probs, 0.0), 0)  # its probability, not its score
+        weights = tl.where(slot == j, top, weights)
         scores = tl.where(expert == best, -float("inf"), scores)
     if RENORMALIZE:
         weights = weights / tl.maximum(tl.sum(weights, 0), norm_min)
