@@ -34,7 +34,7 @@ from fastllm_kernels import decode_attention, kv_cache, moe_routing
 from fastllm_kernels.linear import DENSE
 from fastllm_kernels.quant.fp8_gemm import FP8_WEIGHTS
 from fastllm_kernels.quant.weight_gemm import EXPERT_TILING, WIDE_EXPERT_TILING, WeightFormat, plan
-from fastllm_kernels.rms_norm import _rms_norm_kernel  # the package's ``rms_norm`` is the function
+from fastllm_kernels.rms_norm import _rms_norm_kernel, norm_warps  # the package's ``rms_norm`` is a function
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -42,12 +42,12 @@ FLOATS = ("eps", "scale_log2e", "norm_min")
 
 
 def cubin_listing(kernel: triton.runtime.JITFunction, signature: dict[str, str], constexprs: dict,
-                  options: dict, aligned: bool = True) -> tuple[str, str]:
-    """(SASS listing, resource usage) of ``kernel`` compiled for sm_90; ``aligned``: every pointer
-    and integer argument a multiple of 16, as Triton specialises them at real shapes."""
+                  options: dict) -> tuple[str, str]:
+    """(SASS listing, resource usage) of ``kernel`` compiled for sm_90, every pointer and integer
+    argument a multiple of 16, as Triton specialises them at real shapes."""
     signature = dict(signature, **{name: "constexpr" for name in constexprs})
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(signature)
-             if aligned and signature[name] not in ("constexpr", "fp32")}
+             if signature[name] not in ("constexpr", "fp32")}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=TARGET, options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
@@ -56,6 +56,12 @@ def cubin_listing(kernel: triton.runtime.JITFunction, signature: dict[str, str],
         usage = subprocess.run([CUOBJDUMP, "--dump-resource-usage", cubin.name], capture_output=True,
                                text=True).stdout
     return listing, usage
+
+
+def instructions(listing: str) -> list[tuple[int, str, str]]:
+    """(address, opcode, operands) of each SASS instruction, predicates and opcode modifiers dropped."""
+    found = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)[.A-Z0-9_]*\s*([^;]*);", listing)
+    return [(int(address, 16), opcode, operands) for address, opcode, operands in found]
 
 
 @dataclass
@@ -97,12 +103,13 @@ def decode_cases() -> list[Case]:
                       types={"split_out_ptr": "*fp32", "split_lse_ptr": "*fp32", "seq_lens_ptr": "*i32"}))
     routing_types = {"logits_ptr": "*fp32", "lock_ptr": "*i32", "weights_ptr": "*fp32", "ids_ptr": "*i64",
                      "bias_ptr": "*fp32"}
-    cases.append(Case("router_topk qwen3", moe_routing._router_topk_kernel,
-                      dict(ROWS=2, BLOCK_K=2048, ROUND=True, TOP_K=8, SLOTS=8, EXPERTS=128, HAS_BIAS=False,
-                           RENORMALIZE=True, PDL=True), 1, types=routing_types))
-    cases.append(Case("router_topk ernie", moe_routing._router_topk_kernel,
-                      dict(ROWS=1, BLOCK_K=4096, ROUND=False, TOP_K=6, SLOTS=8, EXPERTS=64, HAS_BIAS=True,
-                           RENORMALIZE=True, PDL=True), 1, types=dict(routing_types, w_ptr="*fp32")))
+    for model, experts, features, weight_bytes, top_k, bias in (("qwen3", 128, 2048, 2, 8, False),
+                                                                ("ernie", 64, 2560, 4, 6, True)):
+        rows, block_k, warps = moe_routing.router_tiling(experts, features, weight_bytes)
+        cases.append(Case(f"router_topk {model}", moe_routing._router_topk_kernel,
+                          dict(ROWS=rows, BLOCK_K=block_k, ROUND=weight_bytes == 2, TOP_K=top_k, SLOTS=8,
+                               EXPERTS=experts, HAS_BIAS=bias, RENORMALIZE=True, PDL=True), warps,
+                          types=dict(routing_types, w_ptr="*bf16" if weight_bytes == 2 else "*fp32")))
     for bias in (False, True):
         cases.append(Case(f"topk_softmax bias={bias}", moe_routing._topk_softmax_kernel,
                           dict(TOP_K=8, SLOTS=8, EXPERTS=128, TERMS=1, HAS_BIAS=bias, RENORMALIZE=True, PDL=True), 1,
@@ -110,7 +117,7 @@ def decode_cases() -> list[Case]:
     for block, summands in ((2048, 8), (4096, 1)):  # Qwen3's eight expert rows; ERNIE's 2560 after attention
         cases.append(Case(f"rms_norm {block} x{summands}", _rms_norm_kernel,
                           dict(BLOCK=block, SUMMANDS=summands, HAS_RESIDUAL=True, PDL=True),
-                          min(16, max(1, block // 512) * summands), types={"x_ptr": "*fp32"} if summands > 1 else {}))
+                          norm_warps(block, summands), types={"x_ptr": "*fp32"} if summands > 1 else {}))
     rotary_types = {"positions_ptr": "*i64", "cos_sin_ptr": "*fp32", "slot_mapping_ptr": "*i64"}
     for model, heads, norm in (("qwen3", 32, True), ("ernie", 32, False)):
         cases.append(Case(f"rotary write {model}", kv_cache._rotary_write_kernel,
@@ -150,7 +157,7 @@ def gemv_cases() -> list[Case]:
 def report(case: Case) -> dict:
     listing, usage = cubin_listing(case.kernel, case.signature(), case.constexprs,
                                    {"num_warps": case.num_warps, "num_stages": case.num_stages, "launch_pdl": True})
-    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", listing)
+    opcodes = [opcode for _, opcode, _ in instructions(listing)]
     wait = opcodes.index("ACQBULK") if "ACQBULK" in opcodes else len(opcodes)
     return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "spill_stores": sum(op == "STL" for op in opcodes),

@@ -24,7 +24,7 @@ import re
 import torch
 import triton
 
-from decode_sass import cubin_listing  # siblings: the offline compile, the timing benchmark's formats
+from decode_sass import cubin_listing, instructions  # siblings: the offline compile, the timing benchmark's formats
 from fastllm_kernels.quant.weight_gemm import plan
 from quant_gemm import FORMATS
 N, K = 28672, 4096
@@ -48,12 +48,6 @@ def compiled_sass(name: str, m: int, dtype: torch.dtype, iters: int) -> tuple[st
     listing, usage = cubin_listing(launch.kernel, signature(launch.kernel, name, m, dtype), constexprs, options)
     registers = int(re.search(r"REG:(\d+)", usage).group(1))
     return listing, registers, constexprs["BLOCK_N"] * constexprs["BLOCK_K"] // (32 * options["num_warps"])
-
-
-def instructions(listing: str) -> list[tuple[int, str, str]]:
-    """(address, opcode, operands) of each SASS instruction, predicates dropped."""
-    found = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)[.A-Z0-9_]*\s*([^;]*);", listing)
-    return [(int(address, 16), opcode, operands) for address, opcode, operands in found]
 
 
 def iteration_counts(name: str, m: int, dtype: torch.dtype) -> tuple[collections.Counter, int, int]:

@@ -168,10 +168,14 @@ def _decode_merge_kernel(
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, merged.to(out_ptr.dtype.element_ty))
 
 
+def _multiprocessors(q: torch.Tensor) -> int:
+    """q's device's multiprocessors; 16 off CUDA (the interpreter), so that tests meet every path."""
+    return multiprocessors(q.device) if q.is_cuda else 16
+
+
 def _default_num_splits(q: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
     """Enough programs for about four per multiprocessor, but no piece under 256 tokens."""
-    num_sms = multiprocessors(q.device) if q.is_cuda else 16
-    wanted = cdiv(4 * num_sms, q.shape[0] * num_kv_heads)
+    wanted = cdiv(4 * _multiprocessors(q), q.shape[0] * num_kv_heads)
     return max(1, min(wanted, cdiv(max_context, _MIN_TOKENS_PER_SPLIT), _MAX_SPLITS))
 
 
@@ -223,7 +227,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     assert 1 <= num_splits <= _MAX_SPLITS
     group = num_heads // num_kv_heads
     programs = batch * num_kv_heads * num_splits
-    tiling = tiling or default_decode_tiling(head_dim, programs <= (multiprocessors(q.device) if q.is_cuda else 16))
+    tiling = tiling or default_decode_tiling(head_dim, programs <= _multiprocessors(q))
     block_n = tiling.block_n
     split_out = split_lse = out  # placeholders: not read when num_splits == 1
     if num_splits > 1:

@@ -54,8 +54,10 @@ def _route(logits, expert, valid, bias, weights_ptr, ids_ptr, row, norm_min, TOP
         best = tl.min(tl.where(scores == top, expert, EXPERTS), 0)
         chosen = tl.where(slot == j, best, chosen)
         if HAS_BIAS:
-            top = tl.sum(tl.where(expert == best, probs, 0.0), 0)  # its probability, not its score
-        weights = tl.where(slot == j, top, weights)
+            weight = tl.sum(tl.where(expert == best, probs, 0.0), 0)  # its probability, not its score
+        else:
+            weight = top  # the scores are the probabilities
+        weights = tl.where(slot == j, weight, weights)
         scores = tl.where(expert == best, -float("inf"), scores)
     if RENORMALIZE:
         weights = weights / tl.maximum(tl.sum(weights, 0), norm_min)
@@ -153,17 +155,23 @@ def router_topk(hidden: torch.Tensor, weight: torch.Tensor, top_k: int, renormal
     weights = torch.empty((1, top_k), dtype=torch.float32, device=hidden.device)
     ids = torch.empty((1, top_k), dtype=torch.int64, device=hidden.device)
     bias = weight if correction_bias is None else correction_bias.reshape(-1)
-    block_k = next_power_of_2(features)
-    # a few rows a program, so that fewer programs meet on the one counter; one warp while a row
-    # fits its registers, so that the last program's argmax rounds stay in shuffles
-    row_bytes = block_k * weight.element_size()
-    rows = min(max(1, ROUTER_ROW_BYTES // row_bytes), next_power_of_2(num_experts))
+    rows, block_k, num_warps = router_tiling(num_experts, features, weight.element_size())
     _router_topk_kernel[(cdiv(num_experts, rows),)](
         hidden, weight, bias, workspace, counters, weights, ids, num_experts, features, norm_min, ROWS=rows,
         BLOCK_K=block_k, ROUND=round_logits, TOP_K=top_k, SLOTS=next_power_of_2(top_k),
         EXPERTS=next_power_of_2(num_experts), HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
-        num_warps=max(1, min(8, row_bytes // ROUTER_WARP_BYTES)), **pdl_launch(hidden.device))
+        num_warps=num_warps, **pdl_launch(hidden.device))
     return weights, ids
+
+
+def router_tiling(num_experts: int, features: int, weight_bytes: int) -> tuple[int, int, int]:
+    """``router_topk``'s (experts a program, BLOCK_K, warps): a few rows a program, so that fewer
+    programs meet on the one counter; one warp while a row fits its registers, so that the last
+    program's argmax rounds stay in shuffles."""
+    block_k = next_power_of_2(features)
+    row_bytes = block_k * weight_bytes
+    rows = min(max(1, ROUTER_ROW_BYTES // row_bytes), next_power_of_2(num_experts))
+    return rows, block_k, max(1, min(8, row_bytes // ROUTER_WARP_BYTES))
 
 
 def bfloat16_terms(weight: torch.Tensor) -> torch.Tensor:

@@ -53,10 +53,14 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
         x, residual if has_residual else x, weight, out, new_residual if has_residual else out, eps,
         x.stride(0), x.stride(1) if summands > 1 else 0, residual.stride(0) if has_residual else 0, out.stride(0),
         new_residual.stride(0) if has_residual else 0, hidden,
-        # summands: more warps, so that every summand's loads are in flight at once
-        BLOCK=block, SUMMANDS=summands, HAS_RESIDUAL=has_residual, num_warps=min(16, max(1, block // 512) * summands),
+        BLOCK=block, SUMMANDS=summands, HAS_RESIDUAL=has_residual, num_warps=norm_warps(block, summands),
         **pdl_launch(x.device),
     )
+
+
+def norm_warps(block: int, summands: int) -> int:
+    """Warps of a row's program: more with summands, so that every summand's loads are in flight at once."""
+    return min(16, max(1, block // 512) * summands)
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
