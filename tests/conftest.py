@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 
 from fastllm.model_loader.resolve import embedded_model_path
 
+
 def needs_ranks(world: int) -> pytest.MarkDecorator:
     """For a test whose engine runs ``world`` ranks: over gloo on a machine without CUDA, one GPU a
     rank on one with it, so a CUDA machine with fewer GPUs skips the test (the engine refuses)."""

@@ -8,8 +8,8 @@ import pytest
 
 from fastllm import LLM, SamplingParams
 from fastllm.engine.data_parallel import ReplicaGroup
-from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, TINY_PROMPTS, _generate
 from tests.conftest import needs_ranks
+from tests.distributed.test_tensor_parallel import SMOL_PROMPTS, TINY_PROMPTS, _generate
 
 PROMPTS = SMOL_PROMPTS + ["Once upon a time", "The three primary colors are"]
 

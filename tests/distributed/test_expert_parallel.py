@@ -68,7 +68,6 @@ def test_data_parallel_attention_with_experts_over_the_replicas_matches_hf(padde
         llm.shutdown()
 
 
-@needs_ranks(4)
 def test_data_parallel_experts_need_one_gpu_replicas(tmp_path):
     folder, _ = save_tiny_checkpoint("qwen3_moe", tmp_path)
     with pytest.raises(ValueError, match="tensor_parallel_size=1"):

@@ -13,8 +13,8 @@ from fastllm import LLM, SamplingParams
 from fastllm.config import EngineConfig
 from fastllm.engine.async_llm import AsyncLLM
 from fastllm.engine.core_client import EngineCoreClient
-from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, data_url, hf_greedy_mm, image
 from tests.conftest import needs_ranks
+from tests.multimodal.tiny_vl import IMAGE, VIDEO, build_checkpoint, data_url, hf_greedy_mm, image
 from tests.server.conftest import start_server
 
 GREEDY = SamplingParams(max_tokens=5, temperature=0.0)
