@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -67,12 +69,12 @@ class TorchAttentionBackend:
         start = nd
         for i in range(nd, meta.num_seqs):
             qlen, kvlen = meta.query_lens_cpu[i], meta.seq_lens_cpu[i]
-            q = query[start:start + qlen].transpose(0, 1)
-            k = gather_kv(k_cache, meta.block_tables[i], kvlen).transpose(0, 1).to(q.dtype)
-            v = gather_kv(v_cache, meta.block_tables[i], kvlen).transpose(0, 1).to(q.dtype)
-            mask = _causal_mask(qlen, kvlen, q.device)
+            q = query[start:start + qlen].transpose(0, 1)[None]
+            k = gather_kv(k_cache, meta.block_tables[i], kvlen).transpose(0, 1)[None].to(q.dtype)
+            v = gather_kv(v_cache, meta.block_tables[i], kvlen).transpose(0, 1)[None].to(q.dtype)
+            mask = None if qlen == kvlen else _causal_mask(qlen, kvlen, q.device)
             o = _attention(q, k, v, mask, scale)
-            out[start:start + qlen] = o.transpose(0, 1)
+            out[start:start + qlen] = o[0].transpose(0, 1)
             start += qlen
         return out
 
@@ -91,9 +93,11 @@ class TorchAttentionBackend:
         return _attention(query.unsqueeze(2), k, v, mask[:, None, None, :], scale).squeeze(2)
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
                scale: float) -> torch.Tensor:
-    """SDPA in float32 whatever the activations' dtype, rounded once at the end.
+    """SDPA in float32 whatever the activations' dtype, rounded once at the end; ``q [B, H, Lq, D]``
+    (four dimensions, or torch takes its unfused math path: several times slower on CPU), ``mask``
+    None for a square causal one.
 
     In bf16 torch's math path rounds the scores to bf16 before the softmax; the Triton kernels
     keep them in fp32. The reference should be the most exact of the two, so a backend
@@ -101,7 +105,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     dtype = q.dtype
     if dtype in (torch.float16, torch.bfloat16):
         q, k, v = q.float(), k.float(), v.float()
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[-3] != k.shape[-3])
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale,
+                                       enable_gqa=q.shape[-3] != k.shape[-3])
     return o.to(dtype)
 
 
