@@ -9,6 +9,8 @@ endif
 BIN := $(dir $(PYTHON))
 PIP := $(PYTHON) -m pip
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+# test processes (pytest-xdist): one a core of the 2-core CI; a file's tests share one process
+TEST_WORKERS ?= 2
 # torch is pinned in the same resolver run so no dependency can pull a CUDA build.
 INSTALL_SPECS := torch==2.13.0 -e ".[test,serve]" -e ./kernels -e ./templates $(addprefix -e ./,$(PLUGINS))
 
@@ -26,7 +28,7 @@ demo: install
 	$(BIN)fastllm bench throughput --num-prompts 32 --input-len 128 --output-len 64 --compare hf --quiet
 
 test: install
-	PATH="$(abspath $(BIN)):$$PATH" $(PYTHON) -m pytest -p no:cacheprovider --durations=40
+	PATH="$(abspath $(BIN)):$$PATH" $(PYTHON) -m pytest -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) --dist loadfile
 
 bench: install
 	$(BIN)fastllm bench throughput --num-prompts 64 --compare hf

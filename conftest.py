@@ -9,6 +9,16 @@ from typing import Iterator
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs a worker a core), each worker's torch takes its share
+    of the cores: more OpenMP threads than cores spin against each other and slow every worker."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def gguf_tensors_read_once() -> Iterator[None]:
     """Dequantizing a GGUF file's tensors takes seconds in Python, and the suite builds dozens of

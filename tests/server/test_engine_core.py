@@ -111,17 +111,20 @@ def test_a_core_that_dies_fails_its_requests_and_calls_on_dead(tiny_llama_dir):
     engine.on_dead.append(lambda: died.append(True))
 
     async def run() -> None:
-        async for output in engine.generate("r1", None, [5, 6, 7], SamplingParams(max_tokens=40, ignore_eos=True)):
-            if len(output.outputs.token_ids) == 2:
+        # ">=": on a loaded machine one output may carry several tokens
+        async for output in engine.generate("r1", None, [5, 6, 7], SamplingParams(max_tokens=60, ignore_eos=True)):
+            if len(output.outputs.token_ids) >= 2 and engine._process.is_alive():
                 engine._process.kill()
 
-    with pytest.raises(EngineDeadError):
-        asyncio.run(run())
-    engine._reader.join(timeout=30)
-    assert died == [True] and engine.dead_error is not None
-    with pytest.raises(EngineDeadError):
-        asyncio.run(run())
-    engine.shutdown(timeout=1)
+    try:
+        with pytest.raises(EngineDeadError):
+            asyncio.run(run())
+        engine._reader.join(timeout=30)
+        assert died == [True] and engine.dead_error is not None
+        with pytest.raises(EngineDeadError):
+            asyncio.run(run())
+    finally:
+        engine.shutdown(timeout=1)  # a core left alive would fail the next tests' check for stray processes
 
 
 def test_a_core_that_cannot_start_says_why(tiny_llama_dir):
