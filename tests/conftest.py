@@ -24,6 +24,12 @@ def needs_ranks(world: int) -> pytest.MarkDecorator:
     return pytest.mark.skipif(0 < visible < world, reason=f"{world} ranks on CUDA need {world} GPUs, {visible} visible")
 
 
+def logprob_tolerance(**on_cuda: float) -> dict[str, float]:
+    """``pytest.approx``'s tolerance between logprobs of two ways to the same tokens: 1e-4 on the CPU,
+    where only the order of float32 sums differs; ``on_cuda`` where GEMMs also take other tiles."""
+    return on_cuda if torch.cuda.is_available() else dict(abs=1e-4)
+
+
 TINY_LLAMA = dict(
     architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=256, hidden_size=64,
     intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

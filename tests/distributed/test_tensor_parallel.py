@@ -13,19 +13,16 @@ import os
 import signal
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from fastllm import LLM, SamplingParams
 from fastllm.executor import WorkerError
 from fastllm.bench.model_size import local_model, num_parameters
-from tests.conftest import TINY_LLAMA, needs_ranks
+from tests.conftest import TINY_LLAMA, logprob_tolerance, needs_ranks
 
 TINY_PROMPTS = [[5, 17, 42, 99, 3], [7, 8, 9], list(range(10, 50))]
 SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):"]
-# CPU ranks differ from one process only in the order of their float sums; on CUDA a shard's GEMMs also
-# take other tiles (a cumulative logprob 2.7e-5 apart, relatively, on two H200s)
-LOGPROB_TOLERANCE = dict(rel=1e-4, abs=1e-4) if torch.cuda.is_available() else dict(abs=1e-4)
+LOGPROB_TOLERANCE = logprob_tolerance(rel=1e-4, abs=1e-4)  # two H200s: a cumulative logprob 2.7e-5 apart, relatively
 
 
 def _tiny(path: str, tp: int, **kwargs) -> LLM:
