@@ -17,7 +17,7 @@ import torch.distributed as dist
 from fastllm.distributed.parallel_state import (reset_layout, set_experts_over_replicas, set_fast_all_reduce,
                                                 set_layout, tp_group)
 from fastllm.distributed.replica_step import join_host_group
-from fastllm.platforms.symmetric_all_reduce import symmetric_all_reduce
+from fastllm.platforms.symmetric_all_reduce import release_symmetric_memory, symmetric_all_reduce
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service; every rank keeps it off,
 # in NCCL and in the symmetric memory of the small all-reduce (whose rendezvous would map it).
@@ -81,6 +81,7 @@ def destroy_tensor_parallel() -> None:
     """Leave the group (a no-op when it was never joined or was aborted). Drop captured CUDA
     graphs first: destroying a NCCL group that a live graph captured hangs (pytorch#115388)."""
     reset_layout()  # the symmetric all-reduce buffer goes while its group lives
+    release_symmetric_memory()
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import warnings
 from itertools import accumulate
 from typing import Optional
 
@@ -39,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from fastllm.platforms.cuda_graphs import stream_capturing
+from fastllm.platforms.symmetric_all_reduce import claim_symmetric_memory
 
 logger = logging.getLogger("fastllm")
 
@@ -194,9 +194,7 @@ class CopyEngineSums:
     def _buffers(self, group: dist.ProcessGroup, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         from torch.distributed import _symmetric_memory as symm_mem
 
-        with warnings.catch_warnings():  # needed before torch 2.10 or so, deprecated (and harmless) after
-            warnings.simplefilter("ignore", FutureWarning)
-            symm_mem.enable_symm_mem_for_group(group.group_name)
+        claim_symmetric_memory(group, device)
         shape = (2, self.world, self.max_tokens, self.hidden)
         gathered_shape = (2, self.max_tokens, self.hidden)
         # one allocation for both, so one rendezvous maps them

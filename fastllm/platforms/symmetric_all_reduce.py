@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -34,6 +33,8 @@ LAMPORT_MAX_BYTES = 4 * 1024 * 1024
 LAMPORT_MAX_KIB_ENV = "FASTLLM_LAMPORT_MAX_KIB"
 """The barrier-free kernel's largest message in KiB (its buffers hold three slots a peer of it)."""
 _ONE_SHOT_COPY = getattr(torch.ops.symm_mem, "one_shot_all_reduce_copy", None)  # torch >= 2.8
+_claimed_group: Optional[dist.ProcessGroup] = None  # the group that set symmetric memory up in this process
+_process_claimed = False  # whether any group did (claim_symmetric_memory says why it matters)
 
 
 class SymmetricAllReduce:
@@ -46,9 +47,7 @@ class SymmetricAllReduce:
 
         self.one_shot_max_bytes, self.max_bytes = one_shot_max_bytes, max_bytes
         self.group_name, self.alignment = group.group_name, 16 * group.size()  # two-shot splits 16-byte units
-        with warnings.catch_warnings():  # needed before torch 2.10 or so, deprecated (and harmless) after
-            warnings.simplefilter("ignore", FutureWarning)
-            symm_mem.enable_symm_mem_for_group(self.group_name)
+        claim_symmetric_memory(group, device)
         self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
         symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank of the group allocates alike
         self.peers = self._peer_buffers(group, device, lamport_max_bytes) if lamport_max_bytes else None
@@ -115,6 +114,35 @@ def symmetric_all_reduce(group: Optional[dist.ProcessGroup], device: torch.devic
     except Exception as exc:  # no peer access, or a torch without the ops: best effort, said once
         logger.warning("symmetric-memory all-reduce unavailable (%s); NCCL does every all-reduce", exc)
         return None
+
+
+def claim_symmetric_memory(group: dist.ProcessGroup, device: torch.device) -> None:
+    """Let ``group`` set torch's symmetric memory up, or raise on every rank of it alike (the
+    callers then leave their sums to NCCL) where a rank's process did so for an earlier group.
+
+    Torch's rendezvous names its store keys by a count of exchanges kept for the life of the
+    process (``StoreExchange``), and before 2.10 or so also keeps each group name's store for good.
+    A later engine's rank 0 lives in the same process as the earlier one's while its workers are new
+    processes: each would wait for keys the others never write (seen on two H200s), so only the first
+    engine of a process gets symmetric memory."""
+    global _claimed_group, _process_claimed
+    if _claimed_group is group:  # the group's second user (the all-reduce, then the copy-engine sums)
+        return
+    earlier = torch.tensor([float(_process_claimed)], device=device)
+    dist.all_reduce(earlier, op=dist.ReduceOp.MAX, group=group)
+    if earlier.item():
+        raise RuntimeError("a rank's process set symmetric memory up for an earlier engine")
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    if getattr(symm_mem.enable_symm_mem_for_group, "__deprecated__", None) is None:  # older torch must be told
+        symm_mem.enable_symm_mem_for_group(group.group_name)
+    _claimed_group, _process_claimed = group, True
+
+
+def release_symmetric_memory() -> None:
+    """Forget the group (it is being destroyed); the process stays claimed."""
+    global _claimed_group
+    _claimed_group = None
 
 
 def barrier_free_max_bytes() -> int:
