@@ -80,7 +80,7 @@ def test_tp2_greedy_rows_reduce_vocabulary_shards_in_place(tmp_path, monkeypatch
     edited = SamplingParams(temperature=0.0, max_tokens=12, min_tokens=4)
     prompts = [{"prompt_token_ids": p} for p in TINY_PROMPTS]
     # both engines take the same ops (the workers inherit it): on CUDA the kernels' float32 GEMMs
-    # round otherwise than torch's, and TP=1 would be the other kind of reference
+    # may round otherwise than torch's, so TP=1 must not be the other kind of reference
     monkeypatch.setenv("FASTLLM_TRITON_OPS", triton_ops)
     single = _tiny(str(tmp_path), 1)
     expected = _generate(single, prompts, plain) + _generate(single, prompts[:1], edited)
